@@ -1,0 +1,5 @@
+"""Allows ``python -m oomdoctor``."""
+
+from oomdoctor.cli import main
+
+main()

@@ -1,0 +1,273 @@
+"""Memory arithmetic: every budget formula of DESIGN §1, each result carrying its derivation.
+
+All sizes are int bytes; fractions are floats. A ``Derived`` value keeps the steps that produced it
+so that reports can print the working next to every recommended number.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from oomdoctor.units import GIB, MIB, bytes_to_gib, ceil_to, floor_to, format_bytes
+
+# SGLang never leaves less than this for activations on a card over 60 GiB (the "big-GPU floor" of
+# its auto-tune, log_formats.md §1.6, and the 80 GB tier reserve of Era B at TP=1).
+SGLANG_BIG_GPU_RESERVE_BYTES = 10 * GIB
+SGLANG_BIG_GPU_THRESHOLD_BYTES = 60 * GIB
+# A KV pool too small for one request is useless; without the model's cell size we ask for this much.
+DEFAULT_KV_FLOOR_BYTES = 1 * GIB
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One line of working: what was computed, the formula with numbers, and the result."""
+
+    step: str
+    formula: str
+    value: float | int | str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, "formula": self.formula, "value": self.value}
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """A computed number and how it was computed."""
+
+    value: Any
+    steps: tuple[Step, ...] = field(default_factory=tuple)
+
+
+def _g(n_bytes: float) -> str:
+    return f"{bytes_to_gib(n_bytes):.2f} GiB"
+
+
+# --- SGLang: the split of pre-load free memory -----------------------------------------------------
+
+
+def sglang_weights_bytes(pre_bytes: int, post_bytes: int) -> int:
+    """Weights (and LoRA/draft preallocations): free before load minus free after."""
+    return pre_bytes - post_bytes
+
+
+def sglang_dynamic_region_bytes(pre_bytes: int, mfs: float) -> int:
+    """The (1-y)*pre left for activations, CUDA graphs and everything allocated later."""
+    return round(pre_bytes * (1.0 - mfs))
+
+
+def sglang_kv_budget_bytes(pre_bytes: int, post_bytes: int, mfs: float) -> int:
+    """SGLang's rest_memory: post - (1-y)*pre, equal to y*pre - weights."""
+    return post_bytes - sglang_dynamic_region_bytes(pre_bytes, mfs)
+
+
+def sglang_kv_derivation(pre_bytes: int, post_bytes: int, mfs: float, label: str = "") -> Derived:
+    """kv at a given y, with the steps that show it."""
+    weights = sglang_weights_bytes(pre_bytes, post_bytes)
+    dynamic = sglang_dynamic_region_bytes(pre_bytes, mfs)
+    kv = post_bytes - dynamic
+    tag = f" at y={mfs:g}" if not label else f" {label}"
+    return Derived(
+        kv,
+        (
+            Step(f"dynamic reserve (1-y)*pre{tag}", f"(1 - {mfs:g}) * {_g(pre_bytes)}", dynamic),
+            Step(f"KV budget y*pre - W{tag}", f"{mfs:g} * {_g(pre_bytes)} - {_g(weights)} = {_g(kv)}", kv),
+        ),
+    )
+
+
+def kv_tokens(kv_bytes: int, cell_bytes: int) -> int:
+    """KV tokens a budget holds; never negative."""
+    if cell_bytes <= 0:
+        raise ValueError("cell_bytes must be positive")
+    return max(kv_bytes, 0) // cell_bytes
+
+
+def cell_bytes_mha(kv_heads_per_rank: int, head_dim: int, v_head_dim: int, layers: int, dtype_bytes: float) -> int:
+    """Per-token KV bytes of MHA/GQA: H*(d_k+d_v)*L*b."""
+    return int(kv_heads_per_rank * (head_dim + v_head_dim) * layers * dtype_bytes)
+
+
+def cell_bytes_mla(kv_lora_rank: int, qk_rope_head_dim: int, layers: int, dtype_bytes: float) -> int:
+    """Per-token KV bytes of MLA: (kv_lora_rank + rope dim)*L*b, not split across TP ranks."""
+    return int((kv_lora_rank + qk_rope_head_dim) * layers * dtype_bytes)
+
+
+# --- SGLang: its own default for y (auto-tune) ------------------------------------------------------
+
+
+def _tier_defaults(gpu_mem_mib: float, tp: int) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda_graph_max_bs) SGLang picks from capacity (Era C / current)."""
+    gib = gpu_mem_mib / 1024
+    if gib < 20:
+        return 2048, 8
+    if gib < 35:
+        return 4096, (48 if tp < 4 else 160)
+    if gib < 60:
+        return 4096, (32 if tp < 4 else 160)
+    if gib < 160:
+        return 8192, (256 if tp < 4 else 512)
+    return 16384, 512
+
+
+def sglang_autotune_mfs(
+    capacity_bytes: int,
+    tp: int = 1,
+    pp: int = 1,
+    era: str = "current",
+    chunked_prefill_size: int | None = None,
+    cuda_graph_max_bs: int | None = None,
+    dp_attention_size: int = 0,
+) -> Derived:
+    """The mem_fraction_static SGLang chooses by itself for a card (log_formats.md §1.6).
+
+    ``era``: "A" (TP-only table), "B" (capacity tiers), "current" (reserve from activations and
+    graphs with a 10 GiB floor on big cards). The value is chosen from *capacity*, then applied to
+    pre-load free memory, so it matches the applied split only on an empty GPU.
+    """
+    gpu_mem_mib = capacity_bytes / MIB
+    steps: list[Step] = [Step("card capacity", f"{capacity_bytes} bytes / 2^20", round(gpu_mem_mib, 1))]
+    if era == "A":
+        world = tp * pp
+        table = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
+        value = next(v for n, v in table if world >= n)
+        steps.append(Step("Era A default by TP size", f"tp*pp={world}", value))
+        return Derived(value, tuple(steps))
+    if era == "B":
+        p = tp * pp
+        gib = gpu_mem_mib / 1024
+        if gib < 35:
+            reserve = (2.8 + p / 10) * 1024
+        elif gib < 90:
+            reserve = (9.5 + p / 2) * 1024
+        elif gib < 160:
+            reserve = (12 + p / 2) * 1024
+        else:
+            reserve = 32 * 1024
+        if dp_attention_size:
+            reserve += 4 * 1024
+        steps.append(Step("Era B tier reserve (MiB)", f"capacity tier {gib:.0f} GiB, tp*pp={p}", round(reserve, 1)))
+    else:
+        default_chunk, default_bs = _tier_defaults(gpu_mem_mib, tp)
+        chunk = chunked_prefill_size if chunked_prefill_size and chunked_prefill_size > 0 else default_chunk
+        bs = cuda_graph_max_bs if cuda_graph_max_bs and cuda_graph_max_bs > 0 else default_bs
+        activation_tokens = max(chunk, 2048)
+        reserve = 512 + activation_tokens * 1.5 + bs * 2 + tp * pp / 8 * 1024
+        formula = f"512 + {activation_tokens}*1.5 + {bs}*2 + {tp}*{pp}/8*1024"
+        if dp_attention_size:
+            reserve += bs * dp_attention_size * 3 + (bs * dp_attention_size * 1.5 if bs > 300 else 0)
+            formula += f" + DP attention {bs}*{dp_attention_size}*3"
+        steps.append(Step("activation + graph reserve (MiB)", formula, round(reserve, 1)))
+        if gpu_mem_mib > 60 * 1024 and reserve < 10 * 1024:
+            reserve = 10 * 1024
+            steps.append(Step("big-GPU floor (MiB)", "max(reserve, 10*1024) on cards over 60 GiB", reserve))
+    value = round((gpu_mem_mib - reserve) / gpu_mem_mib, 3)
+    steps.append(Step("auto mem_fraction_static", f"round(({gpu_mem_mib:.0f} - {reserve:.0f}) / {gpu_mem_mib:.0f}, 3)", value))
+    return Derived(value, tuple(steps))
+
+
+def sglang_min_activation_reserve_bytes(capacity_hint_bytes: int, tp: int = 1, pp: int = 1) -> Derived:
+    """The least SGLang itself leaves for activations on a card of this size.
+
+    On cards over 60 GiB that is the 10 GiB big-GPU floor; below, the current-era reserve formula with
+    the card tier's own default chunked prefill and graph batch size.
+    """
+    if capacity_hint_bytes > SGLANG_BIG_GPU_THRESHOLD_BYTES:
+        return Derived(
+            SGLANG_BIG_GPU_RESERVE_BYTES,
+            (Step("SGLang activation reserve", "10 GiB big-GPU floor of its auto-tune (card over 60 GiB)", SGLANG_BIG_GPU_RESERVE_BYTES),),
+        )
+    chunk, bs = _tier_defaults(capacity_hint_bytes / MIB, tp)
+    reserve_mib = 512 + max(chunk, 2048) * 1.5 + bs * 2 + tp * pp / 8 * 1024
+    reserve = round(reserve_mib * MIB)
+    return Derived(
+        reserve,
+        (Step("SGLang activation reserve", f"512 + {max(chunk, 2048)}*1.5 + {bs}*2 + {tp}*{pp}/8*1024 MiB", reserve),),
+    )
+
+
+# --- SGLang: choosing y -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The feasible y: enough static room for weights + one request, enough dynamic room for the reserve."""
+
+    low: float
+    high: float
+    steps: tuple[Step, ...]
+
+    @property
+    def feasible(self) -> bool:
+        return self.low <= self.high
+
+
+def sglang_feasible_window(pre_bytes: int, weights_bytes: int, kv_floor_bytes: int, reserve_bytes: int) -> Window:
+    """y_low = (W + kv_floor)/pre, y_high = 1 - reserve/pre."""
+    low = (weights_bytes + kv_floor_bytes) / pre_bytes
+    high = 1.0 - reserve_bytes / pre_bytes
+    steps = (
+        Step("lowest y (weights + one request's KV)", f"({_g(weights_bytes)} + {_g(kv_floor_bytes)}) / {_g(pre_bytes)}", round(low, 4)),
+        Step("highest y (keeps SGLang's activation reserve)", f"1 - {_g(reserve_bytes)} / {_g(pre_bytes)}", round(high, 4)),
+    )
+    return Window(low, high, steps)
+
+
+def choose_in_window(window: Window) -> float | None:
+    """The value to recommend: the largest multiple of 0.05 in the window, else of 0.01, else None.
+
+    Round steps are what people type, and stopping at the step below the top leaves part of the
+    window as margin for measurement noise between runs.
+    """
+    for step in (0.05, 0.01):
+        candidate = floor_to(window.high, step)
+        if candidate >= window.low - 1e-9 and 0.0 < candidate < 1.0:
+            return candidate
+    return None
+
+
+def sglang_lowered_mfs(mfs: float, pre_bytes: int, shortfall_bytes: int, margin_bytes: int) -> Derived:
+    """y lowered so the dynamic region grows by the shortfall plus a margin, rounded down to 0.01."""
+    freed = shortfall_bytes + margin_bytes
+    raw = mfs - freed / pre_bytes
+    value = floor_to(raw, 0.01)
+    return Derived(
+        value,
+        (
+            Step("memory to free for activations", f"shortfall {_g(shortfall_bytes)} + margin {_g(margin_bytes)}", freed),
+            Step("lowered y", f"{mfs:g} - {_g(freed)} / {_g(pre_bytes)} = {raw:.4f}, rounded down", value),
+            Step("dynamic reserve at the lowered y", f"(1 - {value:g}) * {_g(pre_bytes)}", sglang_dynamic_region_bytes(pre_bytes, value)),
+        ),
+    )
+
+
+def runtime_margin_bytes(requested_bytes: int) -> int:
+    """Room for one more allocation of the size that failed, at least 512 MiB."""
+    return max(requested_bytes, 512 * MIB)
+
+
+def pow2_floor(n: int) -> int:
+    """Largest power of two not above n (n >= 1)."""
+    return 1 << (max(int(n), 1).bit_length() - 1)
+
+
+def round_down_multiple(n: float, multiple: int) -> int:
+    """n rounded down to a multiple, never below the multiple itself."""
+    return max(multiple, int(math.floor(n / multiple)) * multiple)
+
+
+def describe(n_bytes: int | None) -> str:
+    """Bytes for a sentence."""
+    return format_bytes(n_bytes)
+
+
+__all__ = [
+    "GIB",
+    "Derived",
+    "Step",
+    "Window",
+    "ceil_to",
+    "choose_in_window",
+    "floor_to",
+]

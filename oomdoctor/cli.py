@@ -1,0 +1,132 @@
+"""Command line: parses options, calls the library, maps errors to the documented exit codes.
+
+Exit codes: 0 no OOM evidence; 3 OOM diagnosed; 2 usage error; 5 unreadable or invalid input;
+1 internal error; 130 interrupted. Nothing here imports torch or pynvml.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import click
+
+from oomdoctor import __version__
+from oomdoctor.errors import ExitCode, OomdoctorError
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 no OOM evidence, 3 OOM diagnosed, 2 usage error, 5 unreadable or invalid input, "
+    "1 internal error, 130 interrupted."
+)
+
+
+def _fail(message: str, code: ExitCode) -> NoReturn:
+    click.echo(f"oomdoctor: error: {message}", err=True)
+    sys.exit(int(code))
+
+
+@click.group(help=f"Why an LLM inference server ran out of GPU memory, and which flag to change.\n\n{EXIT_CODES_HELP}")
+@click.version_option(__version__, prog_name="oomdoctor")
+def cli() -> None:
+    pass
+
+
+def _load_rules(rules_dirs: tuple[str, ...]):
+    from oomdoctor.advice import known_advice
+    from oomdoctor.rule_engine import load_rules
+
+    return load_rules(rules_dirs, known_advice())
+
+
+@cli.command(help=f"Diagnose server logs (files, .gz/.bz2/.xz, directories, or - for stdin).\n\n{EXIT_CODES_HELP}")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format.")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), help="Write the report to this file instead of stdout.")
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(), help="Extra directory of *.toml rules (repeatable).")
+def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, rules_dirs: tuple[str, ...]) -> None:
+    from oomdoctor.diagnosis import diagnose as run_diagnosis
+
+    rules = _load_rules(rules_dirs)
+    result = run_diagnosis(list(paths), rules)
+    if fmt == "json":
+        from oomdoctor.render import json_out as renderer
+    else:
+        from oomdoctor.render import text as renderer  # type: ignore[no-redef]
+    report = renderer.render(result)
+    for stats in result.inputs:
+        for warning in stats.warnings:
+            click.echo(f"oomdoctor: warning: {stats.path}: {warning}", err=True)
+    if output:
+        try:
+            with open(output, "w", encoding="utf-8") as fh:
+                fh.write(report)
+        except OSError as exc:
+            raise OomdoctorError(f"{output}: cannot write ({exc.strerror or exc})", ExitCode.BAD_INPUT) from None
+    else:
+        click.echo(report, nl=False)
+    sys.exit(int(ExitCode.OOM_DIAGNOSED if result.oom else ExitCode.NO_OOM))
+
+
+@cli.group(help="List, explain and check the rule catalogue.")
+def rules() -> None:
+    pass
+
+
+@rules.command("list", help="List every rule: id, class, systems, title.")
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(), help="Extra directory of *.toml rules.")
+def rules_list(rules_dirs: tuple[str, ...]) -> None:
+    for rule in _load_rules(rules_dirs):
+        click.echo(f"{rule.id:34} {rule.klass:20} {','.join(rule.systems):14} {rule.title}")
+
+
+@rules.command("explain", help="Print one rule's documentation: what, why, example, fix.")
+@click.argument("rule_id")
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(), help="Extra directory of *.toml rules.")
+def rules_explain(rule_id: str, rules_dirs: tuple[str, ...]) -> None:
+    for rule in _load_rules(rules_dirs):
+        if rule.id == rule_id:
+            click.echo(f"{rule.id}: {rule.title}")
+            click.echo(f"class: {rule.klass}   systems: {', '.join(rule.systems)}   severity: {rule.severity}   confidence: {rule.confidence}")
+            for key in ("what", "why", "example", "fix"):
+                click.echo(f"\n{key.capitalize()}:\n  {rule.docs[key].strip()}")
+            if rule.references:
+                click.echo("\nReferences:")
+                for ref in rule.references:
+                    click.echo(f"  {ref}")
+            return
+    raise OomdoctorError(f"no rule {rule_id!r}; see 'oomdoctor rules list'", ExitCode.USAGE)
+
+
+@rules.command("check", help="Validate rule files (the shipped catalogue and --rules directories).")
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(), help="Extra directory of *.toml rules.")
+def rules_check(rules_dirs: tuple[str, ...]) -> None:
+    loaded = _load_rules(rules_dirs)
+    click.echo(f"{len(loaded)} rules OK")
+
+
+def main() -> None:
+    """Entry point: one place where errors become exit codes and one-line messages."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:  # type: ignore[attr-defined]
+        click.echo(exc.format_message() if hasattr(exc, "format_message") else str(exc), err=True)
+        sys.exit(int(ExitCode.USAGE))
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        exc.show()
+        sys.exit(int(ExitCode.USAGE))
+    except click.Abort:
+        _fail("interrupted", ExitCode.INTERRUPTED)
+    except KeyboardInterrupt:
+        _fail("interrupted", ExitCode.INTERRUPTED)
+    except OomdoctorError as exc:
+        _fail(str(exc), exc.exit_code)
+    except BrokenPipeError:
+        sys.exit(int(ExitCode.NO_OOM))
+    except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes exit code 1
+        _fail(f"internal error: {type(exc).__name__}: {exc} (please report this with the input)", ExitCode.INTERNAL)
+
+
+if __name__ == "__main__":
+    main()

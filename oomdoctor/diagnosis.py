@@ -1,0 +1,326 @@
+"""The pipeline from input paths to one Diagnosis view model that every renderer reads.
+
+inputs -> scanned lines -> parser events -> runs -> facts per incident -> rules -> findings ->
+recommendations; the verdict is the last incident's finding whose fix comes first.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from oomdoctor import __version__, advice, budget
+from oomdoctor.errors import InputError
+from oomdoctor.evidence import Event, LineRef
+from oomdoctor.facts import Facts, build_facts
+from oomdoctor.gpus import smallest_card_holding
+from oomdoctor.inputs import InputStats, expand_paths, iter_line_chunks
+from oomdoctor.parsers import sglang as sg
+from oomdoctor.parsers import torch_oom as tt
+from oomdoctor.rule_engine import Rule, evaluate
+from oomdoctor.runs import split_runs
+from oomdoctor.scan import scan_lines
+
+ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + tt.ANCHORS))
+_FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
+
+
+@dataclass
+class Finding:
+    rule: Rule | None
+    klass: str
+    confidence: float
+    message: str
+    evidence: tuple[LineRef, ...]
+    recommendations: list[advice.Recommendation]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rule_id(self) -> str | None:
+        return self.rule.id if self.rule else None
+
+
+@dataclass
+class Incident:
+    run: int
+    facts: Facts
+    findings: list[Finding]
+    not_evaluated: list[dict[str, Any]]
+
+    @property
+    def primary(self) -> Finding:
+        return self.findings[0]
+
+
+@dataclass
+class Diagnosis:
+    """Everything a renderer shows: verdict, findings, budget, incidents, inputs."""
+
+    verdict_class: str
+    verdict_confidence: float
+    verdict_rule: str | None
+    summary: str
+    findings: list[Finding]
+    incidents: list[Incident]
+    budget: dict[str, Any]
+    not_evaluated: list[dict[str, Any]]
+    inputs: list[InputStats]
+    facts: Facts | None
+    tool_version: str = __version__
+
+    @property
+    def oom(self) -> bool:
+        return self.verdict_class != "none"
+
+
+def read_events(path: str, stats: InputStats) -> list[Event]:
+    """Scan one input and run every parser over its lines; pure apart from reading the input."""
+    parsers = (sg.SGLangParser(), tt.TorchParser())
+    events: list[Event] = []
+    counter = [0]
+    anchored_unparsed = 0
+    cited: set[int] = set()
+    display = "<stdin>" if path == "-" else path
+    for line in scan_lines(iter_line_chunks(path, stats), display, ANCHORS, counter):
+        produced = 0
+        for parser in parsers:
+            new = parser.feed(line)
+            produced += len(new)
+            events.extend(new)
+            for e in new:
+                cited.update(r.line for r in e.refs)
+        if not produced and line.msg.lstrip().startswith(_FRAME_PREFIXES):
+            cited.add(line.ref.line)
+        elif not produced:
+            anchored_unparsed += 1
+    for parser in parsers:
+        events.extend(parser.finish())
+    stats.lines = counter[0]
+    stats.unparsed_lines = anchored_unparsed
+    events.sort(key=lambda e: e.ref.line)
+    return events
+
+
+def _render_message(template: str, facts: Facts) -> str:
+    class _Fmt(dict):
+        def __missing__(self, key: str) -> str:
+            return "n/a"
+
+    shown: dict[str, str] = {}
+    for name, value in facts.values.items():
+        if name.endswith("_bytes") and isinstance(value, (int, float)):
+            shown[name] = budget.describe(value)
+        elif isinstance(value, float):
+            shown[name] = f"{value:g}"
+        elif isinstance(value, tuple):
+            shown[name] = ", ".join(str(v) for v in value)
+        else:
+            shown[name] = str(value)
+    try:
+        return template.format_map(_Fmt(shown))
+    except (ValueError, IndexError, AttributeError):
+        return template
+
+
+def _evidence_for(rule: Rule, used: set[str], facts: Facts) -> tuple[LineRef, ...]:
+    refs: dict[tuple[str, int], LineRef] = {}
+    for name in sorted(used):
+        for ref in facts.refs.get(name, ()):
+            refs.setdefault((ref.path, ref.line), ref)
+    return tuple(sorted(refs.values(), key=lambda r: (r.path, r.line)))
+
+
+def _finding_extra(klass: str, facts: Facts) -> dict[str, Any]:
+    if klass != "foreign_process":
+        return {}
+    processes = facts.get("process_list") or ()
+    return {
+        "processes": [
+            {"pid": p.pid, "used_bytes": p.used_bytes, "is_self": p.is_self or (p.pid == facts.get("assumed_self_pid"))}
+            for p in processes
+        ]
+    }
+
+
+def evaluate_incident(facts: Facts, rules: Iterable[Rule]) -> Incident:
+    """Run every applicable rule on one incident's facts; order findings by whose fix comes first."""
+    values = facts.values
+    system = values.get("system", "unknown")
+    fired: list[tuple[int, float, Finding]] = []
+    not_evaluated: list[dict[str, Any]] = []
+    for rule in rules:
+        if "any" not in rule.systems and system not in rule.systems:
+            continue
+        ev = evaluate(rule.when, values)
+        if ev.result is None:
+            not_evaluated.append({"rule": rule.id, "missing": sorted(ev.missing)})
+            continue
+        if not ev.result:
+            continue
+        finding = Finding(
+            rule=rule,
+            klass=rule.klass,
+            confidence=rule.confidence,
+            message=_render_message(rule.message, facts),
+            evidence=_evidence_for(rule, ev.used, facts),
+            recommendations=advice.recommend(rule.advice, facts),
+            extra=_finding_extra(rule.klass, facts),
+        )
+        fired.append((rule.priority, -rule.confidence, finding))
+    fired.sort(key=lambda t: (t[0], t[1], t[2].rule_id or ""))
+    findings = [f for _, _, f in fired]
+    # Two rules of one class are one finding for the reader; keep the first (highest priority).
+    seen: set[str] = set()
+    unique: list[Finding] = []
+    for f in findings:
+        if f.klass not in seen:
+            seen.add(f.klass)
+            unique.append(f)
+    if not unique:
+        missing = sorted({m for item in not_evaluated for m in item["missing"]})
+        evidence = tuple(r for r in (facts.first_line,) if r is not None)
+        unique.append(
+            Finding(
+                rule=None,
+                klass="unknown_oom",
+                confidence=0.3,
+                message=(
+                    "An out-of-memory failure is evident, but the evidence does not support any class. "
+                    + (f"Missing evidence: {', '.join(missing)}." if missing else "No rule matched its circumstances.")
+                    + " A full server log (startup 'avail mem' lines, the complete OOM message and its traceback) would decide it."
+                ),
+                evidence=evidence,
+                recommendations=[],
+                extra={"missing": missing},
+            )
+        )
+    return Incident(run=facts.run, facts=facts, findings=unique, not_evaluated=not_evaluated)
+
+
+def _budget_view(facts: Facts | None) -> dict[str, Any]:
+    if facts is None:
+        return {"system": "unknown"}
+    keys = (
+        "pre_bytes",
+        "post_bytes",
+        "weights_bytes",
+        "mem_fraction_static",
+        "kv_budget_bytes",
+        "dynamic_region_bytes",
+        "kv_pool_bytes",
+        "kv_pool_tokens",
+        "cell_bytes",
+        "capacity_bytes",
+        "likely_gpu",
+        "activation_reserve_bytes",
+        "kv_floor_bytes",
+        "min_viable_mfs",
+        "max_safe_mfs",
+        "requested_bytes",
+        "free_bytes",
+        "reserved_unallocated_bytes",
+        "available_gpu_mem_bytes",
+        "cuda_graph_bytes",
+        "startup_foreign_bytes",
+    )
+    view: dict[str, Any] = {"system": facts.get("system", "unknown")}
+    for key in keys:
+        if key in facts.values:
+            view[key] = facts.values[key]
+    derivations = {name: [s.to_json() for s in d.steps] for name, d in sorted(facts.derivations.items())}
+    kv, cell = facts.get("kv_budget_bytes"), facts.get("cell_bytes")
+    if kv is not None and cell:
+        view["kv_tokens"] = budget.kv_tokens(kv, cell)
+    auto = _autotune_view(facts)
+    if auto is not None:
+        view["sglang_autotune_mfs"] = auto.value
+        derivations["sglang_autotune_mfs"] = [s.to_json() for s in auto.steps]
+    view["derivations"] = derivations
+    return view
+
+
+def _autotune_view(facts: Facts) -> budget.Derived | None:
+    if facts.get("system") != "sglang":
+        return None
+    capacity = facts.get("capacity_bytes")
+    assumed: list[budget.Step] = []
+    if not capacity and facts.get("pre_bytes"):
+        card = smallest_card_holding(facts.get("pre_bytes"))
+        if card is None:
+            return None
+        capacity = card[1]
+        assumed.append(budget.Step("card capacity (assumed from pre)", f"smallest known card above pre: {card[0]}", capacity))
+    if not capacity:
+        return None
+    era = "B" if facts.get("load_end_era") == "V-a/b" else "current"
+    auto = budget.sglang_autotune_mfs(
+        capacity,
+        tp=facts.get("tp_size") or 1,
+        pp=facts.get("pp_size") or 1,
+        era=era,
+        chunked_prefill_size=facts.get("chunked_prefill_size"),
+        cuda_graph_max_bs=facts.get("cuda_graph_max_bs"),
+    )
+    return budget.Derived(auto.value, tuple(assumed) + (budget.Step("auto-tune era", "from the log's line formats", era),) + auto.steps)
+
+
+def diagnose(paths: list[str], rules: list[Rule]) -> Diagnosis:
+    """Read every input, find the incidents, and return the diagnosis; InputError if nothing was readable."""
+    found, errors = expand_paths(paths)
+    stats_list: list[InputStats] = []
+    per_input: list[list[Event]] = []
+    for path in found:
+        stats = InputStats(path="<stdin>" if path == "-" else path)
+        try:
+            per_input.append(read_events(path, stats))
+        except InputError as exc:
+            errors.append(str(exc))
+            continue
+        stats_list.append(stats)
+    if not stats_list:
+        raise InputError(errors[0] if errors else "no input")
+    for message in errors:
+        stats_list[0].warn(message)
+    runs = split_runs(per_input)
+    incidents: list[Incident] = []
+    for run in runs:
+        facts = build_facts(run)
+        if facts is not None:
+            incidents.append(evaluate_incident(facts, rules))
+    if incidents:
+        last = incidents[-1]
+        primary = last.primary
+        earlier = [f"run {i.run}: {i.primary.klass}" for i in incidents[:-1]]
+        summary = primary.message
+        if earlier:
+            summary += f" (earlier incidents in this log: {'; '.join(earlier)})"
+        return Diagnosis(
+            verdict_class=primary.klass,
+            verdict_confidence=primary.confidence,
+            verdict_rule=primary.rule_id,
+            summary=summary,
+            findings=last.findings,
+            incidents=incidents,
+            budget=_budget_view(last.facts),
+            not_evaluated=last.not_evaluated,
+            inputs=stats_list,
+            facts=last.facts,
+        )
+    last_facts = build_facts(runs[-1], force=True) if runs else None
+    return Diagnosis(
+        verdict_class="none",
+        verdict_confidence=0.9 if any(s.lines for s in stats_list) else 0.5,
+        verdict_rule=None,
+        summary="No out-of-memory evidence in the input.",
+        findings=[],
+        incidents=[],
+        budget=_budget_view(last_facts),
+        not_evaluated=[],
+        inputs=stats_list,
+        facts=last_facts,
+    )
+
+
+def display_path(path: str) -> str:
+    return os.path.relpath(path) if os.path.isabs(path) else path

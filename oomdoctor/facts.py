@@ -1,0 +1,406 @@
+"""Named facts: the typed evidence of one run turned into the flat values rules are written over.
+
+Each fact may cite the lines it came from; a rule's finding cites the lines of the facts it used.
+Facts that cannot be had are simply absent (a rule that needs them is reported as not evaluated).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from oomdoctor import budget
+from oomdoctor.budget import Derived, Step
+from oomdoctor.evidence import Event, LineRef
+from oomdoctor.gpus import likely_gpu
+from oomdoctor.parsers import sglang as sg
+from oomdoctor.parsers import torch_oom as tt
+from oomdoctor.runs import Run, dedupe_ooms, is_oom_event
+from oomdoctor.units import GIB, MIB
+
+# CUDA context + allocator bookkeeping on a fresh process; what capacity - pre holds besides NCCL
+# and other processes.
+_CONTEXT_BYTES = 600 * MIB
+# Memory on the GPU before SGLang loaded weights, beyond its own context and NCCL, that points to
+# another process (DESIGN: "other processes present at startup shrink both parts").
+FOREIGN_AT_START_THRESHOLD_BYTES = 2 * GIB
+
+_MM_HINTS = ("VL", "Omni", "Vision", "Llava", "LLaVA", "Qwen2_5_VL", "Gemma3ForConditional", "Mllama", "InternVL", "MiniCPMV")
+
+
+@dataclass
+class Facts:
+    """Facts of one incident: values, the lines each came from, and derivations of computed ones."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    refs: dict[str, tuple[LineRef, ...]] = field(default_factory=dict)
+    derivations: dict[str, Derived] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    run: int = 0
+    first_line: LineRef | None = None
+    time: str | None = None
+
+    def set(self, name: str, value: Any, *refs: LineRef | None, derivation: Derived | None = None) -> None:
+        if value is None:
+            return
+        self.values[name] = value
+        kept = tuple(r for r in refs if r is not None)
+        if kept:
+            self.refs[name] = kept
+        if derivation is not None:
+            self.derivations[name] = derivation
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.values.get(name, default)
+
+    def ref(self, name: str) -> LineRef | None:
+        refs = self.refs.get(name)
+        return refs[0] if refs else None
+
+
+def _min_event(events: list[Event], key: str) -> Event | None:
+    """The worst rank's reading: SGLang takes the minimum free memory across ranks."""
+    with_value = [e for e in events if e.get(key) is not None]
+    return min(with_value, key=lambda e: e.get(key)) if with_value else None
+
+
+def _timeline_stage(events: list[Event], index: int) -> str:
+    """Where the server was when event ``index`` happened, from the startup milestones before it."""
+    stage = "unknown"
+    for event in events[:index]:
+        kind = event.kind
+        if kind == sg.KIND_LOAD_BEGIN:
+            stage = "weight_loading"
+        elif kind == sg.KIND_LOAD_END:
+            stage = "kv_pool"
+        elif kind in (sg.KIND_KV_ALLOCATED, sg.KIND_POOL_END, sg.KIND_GRAPH_END):
+            stage = "startup"
+        elif kind in (sg.KIND_GRAPH_BEGIN, sg.KIND_GRAPH_BAR):
+            stage = "cuda_graph"
+        elif kind in (sg.KIND_SUMMARY, sg.KIND_READY):
+            stage = "forward"
+    return stage
+
+
+def _detect_system(events: list[Event]) -> str:
+    sglang_kinds = {k for k in vars(sg).values() if isinstance(k, str)} - {tt.KIND_OOM}
+    if any(e.kind in sglang_kinds and e.kind not in (tt.KIND_OOM, tt.KIND_DRIVER_OOM, tt.KIND_HOST_OOM) for e in events):
+        return "sglang"
+    if any(e.kind in (tt.KIND_OOM, tt.KIND_DRIVER_OOM, tt.KIND_HOST_OOM) for e in events):
+        return "torch"
+    return "unknown"
+
+
+def build_facts(run: Run, force: bool = False) -> Facts | None:
+    """Facts for the incident of one run, or None when the run shows no OOM (unless ``force``)."""
+    events = dedupe_ooms(run.events)
+    oom_idx = [i for i, e in enumerate(events) if is_oom_event(e)]
+    unbalanced = [e for e in events if e.kind == sg.KIND_UNBALANCED]
+    ready_before = any(e.kind in (sg.KIND_READY, sg.KIND_SUMMARY) for e in events)
+    if not oom_idx and not (unbalanced and not ready_before) and not force:
+        return None
+    if not events:
+        return None
+    f = Facts(events=events, run=run.number)
+    first_i = oom_idx[0] if oom_idx else (events.index(unbalanced[0]) if unbalanced else len(events) - 1)
+    first = events[first_i]
+    f.first_line = first.ref
+    f.time = first.ref.ts
+    f.set("system", _detect_system(events))
+    f.set("oom_evident", bool(oom_idx), first.ref)
+    _server_args_facts(f, events)
+    _startup_facts(f, events, first_i)
+    _torch_facts(f, events, oom_idx)
+    _sglang_error_facts(f, events, oom_idx)
+    _budget_facts(f)
+    _foreign_facts(f, events)
+    return f
+
+
+def _server_args_facts(f: Facts, events: list[Event]) -> None:
+    args_event = next((e for e in events if e.kind == sg.KIND_SERVER_ARGS), None)
+    if args_event is None:
+        return
+    args = args_event.values
+    ref = args_event.ref
+    for key in ("mem_fraction_static", "chunked_prefill_size", "max_running_requests", "context_length", "max_prefill_tokens"):
+        value = args.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            f.set(key, value, ref)
+    for key in ("tp_size", "pp_size", "dp_size"):
+        value = args.get(key)
+        f.set(key, value if isinstance(value, int) else None, ref)
+    graph_bs = args.get("cuda_graph_max_bs_decode", args.get("cuda_graph_max_bs"))
+    if isinstance(graph_bs, int):
+        f.set("cuda_graph_max_bs", graph_bs, ref)
+    f.set("cuda_graph_flag", "--cuda-graph-max-bs-decode" if args.get("_has_cuda_graph_max_bs_decode") else "--cuda-graph-max-bs")
+    if isinstance(args.get("model_path"), str):
+        f.set("model_path", args["model_path"], ref)
+    if args.get("disable_cuda_graph") is True:
+        f.set("cuda_graph_disabled", True, ref)
+    if isinstance(args.get("kv_cache_dtype"), str):
+        f.set("kv_cache_dtype", args["kv_cache_dtype"], ref)
+
+
+def _startup_facts(f: Facts, events: list[Event], first_i: int) -> None:
+    begin = _min_event([e for e in events if e.kind == sg.KIND_LOAD_BEGIN], "avail_bytes")
+    end = _min_event([e for e in events if e.kind == sg.KIND_LOAD_END], "avail_bytes")
+    legacy = next((e for e in events if e.kind == sg.KIND_LEGACY_PROFILE), None)
+    if begin is not None:
+        f.set("pre_bytes", begin.get("avail_bytes"), begin.ref)
+    elif legacy is not None:
+        f.set("pre_bytes", legacy.get("pre_bytes"), legacy.ref)
+    if end is not None:
+        f.set("post_bytes", end.get("avail_bytes"), end.ref)
+        f.set("model_type", end.get("model_type"), end.ref)
+        f.set("load_end_era", end.get("era"))
+    elif legacy is not None:
+        f.set("post_bytes", legacy.get("post_bytes"), legacy.ref)
+    if "mem_fraction_static" not in f.values and legacy is not None:
+        f.set("mem_fraction_static", legacy.get("mem_fraction_static"), legacy.ref)
+    omni = [e for e in events if e.kind == sg.KIND_OMNI_STAGE]
+    for e in omni:
+        f.set("omni", True, e.ref)
+        if e.get("encoder_mem_reserve") is not None:
+            f.set("encoder_mem_reserve", e.get("encoder_mem_reserve"), e.ref)
+        if "mem_fraction_static" not in f.values and e.get("mem_fraction_static") is not None:
+            f.set("mem_fraction_static", e.get("mem_fraction_static"), e.ref)
+    init_end = next((e for e in events if e.kind == sg.KIND_INIT_DIST_END), None)
+    if init_end is not None:
+        f.set("init_mem_usage_bytes", init_end.get("mem_usage_bytes"), init_end.ref)
+    kv = [e for e in events if e.kind == sg.KIND_KV_ALLOCATED]
+    if kv:
+        target = kv[0]
+        f.set("kv_pool_bytes", target.get("kv_bytes"), target.ref)
+        tokens = target.get("tokens")
+        if tokens:
+            f.set("kv_pool_tokens", tokens, target.ref)
+            if target.get("kv_bytes"):
+                f.set("cell_bytes", target.get("kv_bytes") // tokens, target.ref)
+    summary = next((e for e in events if e.kind == sg.KIND_SUMMARY), None)
+    if summary is not None:
+        f.set("context_len", summary.get("context_len"), summary.ref)
+        f.set("available_gpu_mem_bytes", summary.get("available_gpu_mem_bytes"), summary.ref)
+        if "max_running_requests" not in f.values:
+            f.set("max_running_requests", summary.get("max_running_requests"), summary.ref)
+        if "chunked_prefill_size" not in f.values and summary.get("chunked_prefill_size") is not None:
+            f.set("chunked_prefill_size", summary.get("chunked_prefill_size"), summary.ref)
+    elif isinstance(f.get("context_length"), int):
+        f.set("context_len", f.get("context_length"), f.ref("context_length"))
+    ready = next((e for e in events[:first_i] if e.kind in (sg.KIND_READY, sg.KIND_SUMMARY)), None)
+    f.set("server_ready", ready is not None, ready.ref if ready else None)
+    graph_end = [e for e in events if e.kind == sg.KIND_GRAPH_END and e.get("mem_usage_bytes") is not None]
+    if graph_end:
+        f.set("cuda_graph_bytes", sum(e.get("mem_usage_bytes") for e in graph_end[:1]), graph_end[0].ref)
+    bars = [e for e in events[: first_i + 1] if e.kind == sg.KIND_GRAPH_BAR]
+    if bars:
+        f.set("capture_last_bs", bars[-1].get("bs"), bars[-1].ref)
+    f.set("timeline_stage", _timeline_stage(events, first_i))
+    retracts = [e for e in events if e.kind == sg.KIND_RETRACT]
+    if retracts:
+        f.set("retractions", sum(e.get("retracted_reqs", 0) for e in retracts), retracts[-1].ref)
+    multimodal = bool(omni) or any(h in str(f.get("model_type", "")) for h in _MM_HINTS)
+    f.set("is_multimodal", multimodal)
+    mm_reserve = next((e for e in events if e.kind == sg.KIND_MM_RESERVE), None)
+    if mm_reserve is not None:
+        f.set("mm_reserve_bytes", mm_reserve.get("reserve_bytes"), mm_reserve.ref)
+
+
+def _torch_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
+    ooms = [events[i] for i in oom_idx if events[i].kind == tt.KIND_OOM]
+    drivers = [events[i] for i in oom_idx if events[i].kind == tt.KIND_DRIVER_OOM]
+    hosts = [e for e in events if e.kind == tt.KIND_HOST_OOM]
+    f.set("torch_oom", bool(ooms), ooms[-1].ref if ooms else None)
+    f.set("driver_oom", bool(drivers), drivers[-1].ref if drivers else None)
+    strong_host = [e for e in hosts if e.get("strength") == "strong"]
+    f.set("host_oom", bool(strong_host), strong_host[-1].ref if strong_host else None)
+    if hosts:
+        f.set("host_kill_signal", True, hosts[-1].ref)
+    f.set("oom_count", len(ooms) + len(drivers))
+    stage_source = None
+    if ooms or drivers:
+        # The first allocator OOM of the run is the one that broke it; later ones are fallout.
+        oom = ooms[0] if ooms else drivers[0]
+        ref = oom.ref
+        refs = oom.refs
+        for key in ("requested_bytes", "free_bytes", "capacity_bytes", "allocated_bytes", "reserved_unallocated_bytes", "private_pool_bytes", "allowed_bytes", "device"):
+            f.set(key, oom.get(key), *refs)
+        f.set("oom_backend", oom.get("backend"))
+        f.set("oom_wrapper", oom.get("wrapper"), ref)
+        f.set("oom_exception", oom.get("exception"))
+        f.set("oom_message_complete", oom.get("complete"))
+        processes = oom.get("processes") or ()
+        if processes:
+            f.set("process_list", processes, *refs)
+            f.set("process_list_has_self", any(p.is_self for p in processes), *refs)
+            selfs = [p for p in processes if p.is_self]
+            if selfs:
+                f.set("this_process_bytes", selfs[0].used_bytes, *refs)
+        if f.get("requested_bytes") is not None and f.get("free_bytes") is not None:
+            shortfall = f.get("requested_bytes") - f.get("free_bytes")
+            f.set(
+                "shortfall_bytes",
+                max(shortfall, 0),
+                *refs,
+                derivation=Derived(max(shortfall, 0), (Step("shortfall", "requested - free", shortfall),)),
+            )
+        if f.get("free_bytes") is not None and f.get("reserved_unallocated_bytes") is not None:
+            f.set("reclaimable_bytes", f.get("free_bytes") + f.get("reserved_unallocated_bytes"), *refs)
+        frame_stage = oom.get("stage", "unknown")
+        timeline = f.get("timeline_stage", "unknown")
+        if frame_stage != "unknown":
+            stage, stage_source = frame_stage, "traceback"
+        else:
+            stage, stage_source = timeline, "timeline"
+        if stage == "forward" and timeline in ("weight_loading", "kv_pool", "cuda_graph") and frame_stage == "unknown":
+            stage = timeline
+        f.set("oom_stage", stage, ref)
+        f.set("oom_stage_source", stage_source)
+        f.set("oom_phase", oom.get("phase"))
+        f.set("oom_line", ref.line, ref)
+    if hosts and not (ooms or drivers):
+        f.set("oom_stage", f.get("timeline_stage"))
+
+
+def _sglang_error_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
+    for e in events:
+        if e.kind == sg.KIND_NOT_ENOUGH:
+            f.set("startup_kv_error", True, e.ref)
+            f.set("startup_kv_error_kind", "not_enough_memory")
+            if "mem_fraction_static" not in f.values:
+                f.set("mem_fraction_static", e.get("mem_fraction_static"), e.ref)
+        elif e.kind == sg.KIND_NO_KV:
+            f.set("startup_kv_error", True, e.ref)
+            f.set("startup_kv_error_kind", "weights_leave_no_kv")
+            if "mem_fraction_static" not in f.values:
+                f.set("mem_fraction_static", e.get("mem_fraction_static"), e.ref)
+            f.set("sglang_suggested_mfs", e.get("suggested_mem_fraction_static"), e.ref)
+            f.set("sglang_minimum_viable_mfs", e.get("minimum_viable"), e.ref)
+        elif e.kind == sg.KIND_HYBRID_NOT_ENOUGH:
+            f.set("startup_kv_error", True, e.ref)
+            f.set("startup_kv_error_kind", "hybrid_state")
+        elif e.kind == sg.KIND_PROFILED_NEGATIVE and e.get("profiled_tokens", 1) <= 0:
+            f.set("startup_kv_error", True, e.ref)
+            f.set("startup_kv_error_kind", "profiled_negative")
+        elif e.kind == sg.KIND_LEGACY_PROFILE and e.get("rest_bytes", 1) <= 0:
+            f.set("startup_kv_error", True, e.ref)
+            f.set("startup_kv_error_kind", "legacy_profile_negative")
+        elif e.kind == sg.KIND_CAPTURE_FAILED:
+            f.set("capture_failed", True, e.ref)
+            f.set("capture_error_is_oom", bool(e.get("is_oom")), e.ref)
+            f.set("capture_custom_all_reduce", bool(e.get("custom_all_reduce")))
+        elif e.kind == sg.KIND_KV_ALLOC_FAIL:
+            f.set("kv_alloc_failed", True, e.ref)
+            f.set("kv_alloc_phase", e.get("which"))
+        elif e.kind == sg.KIND_KV_ALLOC_DETAIL:
+            if e.get("requested_tokens") is not None:
+                f.set("kv_requested_tokens", e.get("requested_tokens"), e.ref)
+            if e.get("available_tokens") is not None:
+                f.set("kv_available_tokens", e.get("available_tokens"), e.ref)
+        elif e.kind == sg.KIND_REQ_SLOTS_FAIL:
+            f.set("req_slots_failed", True, e.ref)
+        elif e.kind == sg.KIND_OMNI_ENCODER_FAIL:
+            f.set("encoder_request_failed", True, e.ref)
+            f.set("encoder_failures", f.get("encoder_failures", 0) + 1)
+        elif e.kind == sg.KIND_STRAGGLER:
+            f.set("load_straggler", True, e.ref)
+        elif e.kind == sg.KIND_MM_CACHE_FULL:
+            f.set("mm_cache_full", True, e.ref)
+    # An encoder OOM is a torch OOM in an encoder frame, or a caught per-request encoder failure
+    # that coincides with an OOM message.
+    encoder = f.get("oom_stage") == "encoder" or (f.get("encoder_request_failed") and (f.get("torch_oom") or f.get("driver_oom")))
+    f.set("encoder_oom", bool(encoder), f.ref("encoder_request_failed") or f.ref("oom_stage"))
+    if f.get("capture_failed") and f.get("capture_error_is_oom"):
+        f.set("capture_oom", True, f.ref("capture_failed"), f.ref("torch_oom"))
+    elif f.get("oom_stage") == "cuda_graph":
+        f.set("capture_oom", True, f.ref("oom_stage"))
+    else:
+        f.set("capture_oom", False)
+    f.set("weight_load_oom", f.get("oom_stage") == "weight_loading" and bool(f.get("torch_oom") or f.get("driver_oom")), f.ref("oom_stage"))
+    f.set("startup_kv_error", bool(f.get("startup_kv_error", False)), f.ref("startup_kv_error"))
+    f.set("kv_alloc_failed", bool(f.get("kv_alloc_failed", False)), f.ref("kv_alloc_failed"))
+    f.set("req_slots_failed", bool(f.get("req_slots_failed", False)), f.ref("req_slots_failed"))
+
+
+def _budget_facts(f: Facts) -> None:
+    pre, post, mfs = f.get("pre_bytes"), f.get("post_bytes"), f.get("mem_fraction_static")
+    refs = tuple(r for r in (f.ref("pre_bytes"), f.ref("post_bytes"), f.ref("mem_fraction_static")) if r)
+    if pre and post is not None:
+        weights = budget.sglang_weights_bytes(pre, post)
+        f.set(
+            "weights_bytes",
+            weights,
+            *refs[:2],
+            derivation=Derived(weights, (Step("weights W = pre - post", f"{pre / GIB:.2f} GiB - {post / GIB:.2f} GiB", weights),)),
+        )
+        f.set("weights_share_of_pre", round(weights / pre, 4), *refs[:2])
+        if mfs is not None:
+            kv = budget.sglang_kv_derivation(pre, post, mfs)
+            f.set("kv_budget_bytes", kv.value, *refs, derivation=kv)
+            f.set("dynamic_region_bytes", budget.sglang_dynamic_region_bytes(pre, mfs), *refs)
+    capacity = f.get("capacity_bytes")
+    if capacity:
+        f.set("likely_gpu", likely_gpu(capacity))
+    if pre:
+        hint = max(capacity or 0, pre)
+        reserve = budget.sglang_min_activation_reserve_bytes(hint, f.get("tp_size", 1) or 1, f.get("pp_size", 1) or 1)
+        f.set("activation_reserve_bytes", reserve.value, derivation=reserve)
+        if "weights_bytes" in f.values:
+            floor, floor_steps = _kv_floor(f)
+            f.set("kv_floor_bytes", floor, derivation=Derived(floor, floor_steps))
+            window = budget.sglang_feasible_window(pre, f.get("weights_bytes"), floor, reserve.value)
+            f.set("max_safe_mfs", round(window.high, 4), derivation=Derived(window.high, window.steps))
+            f.set("min_viable_mfs", round(window.low, 4), derivation=Derived(window.low, window.steps))
+            f.set("weights_fit", window.feasible, *refs[:2])
+            f.set("_window", window)
+
+
+def _kv_floor(f: Facts) -> tuple[int, tuple[Step, ...]]:
+    ctx, cell = f.get("context_len"), f.get("cell_bytes")
+    if ctx and cell:
+        floor = ctx * cell
+        return floor, (Step("one max-length request's KV", f"context_len {ctx} * {cell} bytes/token", floor),)
+    return budget.DEFAULT_KV_FLOOR_BYTES, (
+        Step("one request's KV (assumed)", "1 GiB: the log gives no per-token KV size before the pool is built", budget.DEFAULT_KV_FLOOR_BYTES),
+    )
+
+
+def _foreign_facts(f: Facts, events: list[Event]) -> None:
+    processes = f.get("process_list") or ()
+    if processes:
+        has_self = f.get("process_list_has_self")
+        if has_self:
+            others = [p for p in processes if not p.is_self]
+            f.set("process_identity_known", True)
+        elif len(processes) >= 2:
+            # In a container NVML reports host PIDs, so the server shows up as "Process N" too; the
+            # largest entry is taken to be the server itself and the rest as other processes.
+            largest = max(processes, key=lambda p: p.used_bytes)
+            others = [p for p in processes if p is not largest]
+            f.set("process_identity_known", False)
+            f.set("assumed_self_pid", largest.pid)
+        else:
+            others = []
+            f.set("process_identity_known", False)
+            f.set("assumed_self_pid", processes[0].pid)
+        f.set("foreign_process_count", len(others), f.ref("process_list"))
+        f.set("foreign_process_bytes", sum(p.used_bytes for p in others), f.ref("process_list"))
+        f.set("foreign_pids", tuple(p.pid for p in others if p.pid is not None))
+    unbalanced = next((e for e in events if e.kind == sg.KIND_UNBALANCED), None)
+    f.set("unbalanced_memory", unbalanced is not None, unbalanced.ref if unbalanced else None)
+    if unbalanced is not None and unbalanced.get("local_free_bytes") and unbalanced.get("min_free_bytes") is not None:
+        f.set("unbalanced_gap_bytes", unbalanced.get("local_free_bytes") - unbalanced.get("min_free_bytes"), unbalanced.ref)
+    capacity, pre = f.get("capacity_bytes"), f.get("pre_bytes")
+    if capacity and pre:
+        init = f.get("init_mem_usage_bytes") or 0
+        foreign = capacity - pre - init - _CONTEXT_BYTES
+        f.set(
+            "startup_foreign_bytes",
+            max(foreign, 0),
+            f.ref("capacity_bytes"),
+            f.ref("pre_bytes"),
+            derivation=Derived(
+                max(foreign, 0),
+                (Step("memory held before weights by others", f"capacity {capacity / GIB:.2f} - pre {pre / GIB:.2f} - init {init / GIB:.2f} - context 0.59 GiB", foreign),),
+            ),
+        )

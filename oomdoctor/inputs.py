@@ -1,0 +1,228 @@
+"""The input layer: paths to byte chunks of whole lines, with decompression sniffed by magic bytes.
+
+Logs of any size are streamed in fixed chunks, so memory does not grow with the input. A line longer
+than MAX_LINE_BYTES is cut there (the rest of it is skipped), so one 200 MB line costs 1 MiB. A
+damaged compressed stream yields what was decoded before the damage and is reported as truncated.
+"""
+
+from __future__ import annotations
+
+import bz2
+import lzma
+import os
+import stat
+import sys
+import zlib
+from dataclasses import dataclass, field
+from typing import BinaryIO, Callable, Iterator
+
+from oomdoctor.errors import InputError
+
+CHUNK_BYTES = 1 << 20
+MAX_LINE_BYTES = 1 << 20
+SNIFF_BYTES = 64 << 10
+
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x1f\x8b", "gzip"),
+    (b"BZh", "bzip2"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"PK\x03\x04", "zip"),
+)
+
+# Extensions that a directory walk reads as logs; others (pickles, images) are not logs.
+_LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".gz", ".bz2", ".xz", ".stderr", ".stdout")
+
+
+@dataclass
+class InputStats:
+    """What reading one input found: size, line count and damage, reported in the JSON."""
+
+    path: str
+    kind: str = "log"
+    compression: str | None = None
+    bytes_read: int = 0
+    lines: int = 0
+    unparsed_lines: int = 0
+    truncated: bool = False
+    long_lines: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+
+def expand_paths(paths: list[str]) -> tuple[list[str], list[str]]:
+    """Resolve CLI paths into readable inputs; returns (inputs, one-line errors for the rest).
+
+    A directory contributes its log-like files, sorted, without following symlinks into loops.
+    """
+    found: list[str] = []
+    errors: list[str] = []
+    for path in paths:
+        if path == "-":
+            found.append("-")
+            continue
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            errors.append(f"{path}: no such file or directory")
+            continue
+        except OSError as exc:
+            errors.append(f"{path}: cannot access ({exc.strerror or exc})")
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            logs = _walk_logs(path)
+            if not logs:
+                errors.append(f"{path}: directory holds no log files ({', '.join(_LOG_SUFFIXES)})")
+            found.extend(logs)
+        elif stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):
+            found.append(path)
+        else:
+            errors.append(f"{path}: not a regular file")
+    return found, errors
+
+
+def _walk_logs(root: str) -> list[str]:
+    logs: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=lambda e: None):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if name.lower().endswith(_LOG_SUFFIXES):
+                full = os.path.join(dirpath, name)
+                if os.path.isfile(full):
+                    logs.append(full)
+    return logs
+
+
+def _open_raw(path: str) -> BinaryIO:
+    if path == "-":
+        return sys.stdin.buffer
+    try:
+        return open(path, "rb")
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot open ({exc.strerror or exc})") from None
+
+
+def _decompressor(kind: str) -> Callable[[], object]:
+    if kind == "gzip":
+        return lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if kind == "bzip2":
+        return bz2.BZ2Decompressor
+    return lzma.LZMADecompressor
+
+
+def _decoded_blocks(raw: BinaryIO, stats: InputStats) -> Iterator[bytes]:
+    """Yield decompressed (or plain) byte blocks of the stream, noting truncation in stats."""
+    first = raw.read(CHUNK_BYTES)
+    kind = next((name for magic, name in _MAGIC if first.startswith(magic)), None)
+    if kind in ("zstd", "zip"):
+        hint = "zstdcat FILE | oomdoctor diagnose -" if kind == "zstd" else "unzip it first"
+        raise InputError(f"{stats.path}: {kind} input is not supported; {hint}")
+    stats.compression = kind
+    if kind is None:
+        data = first
+        while data:
+            stats.bytes_read += len(data)
+            yield data
+            data = raw.read(CHUNK_BYTES)
+        return
+    make = _decompressor(kind)
+    decomp = make()
+    data = first
+    while True:
+        if not data:
+            break
+        stats.bytes_read += len(data)
+        while data:
+            try:
+                # max_length bounds the output of a decompression bomb to one chunk at a time.
+                out = decomp.decompress(data, CHUNK_BYTES)  # type: ignore[attr-defined]
+            except (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError) as exc:
+                stats.truncated = True
+                stats.warn(f"{kind} stream is damaged ({exc}); read what came before the damage")
+                return
+            if out:
+                yield out
+            tail = getattr(decomp, "unconsumed_tail", b"")
+            if getattr(decomp, "eof", False):
+                rest = decomp.unused_data  # type: ignore[attr-defined]
+                # Concatenated members (log rotation appends .gz members) start a new stream.
+                data = rest if rest and any(rest.startswith(m) for m, n in _MAGIC if n == kind) else b""
+                if data:
+                    decomp = make()
+                continue
+            if tail:
+                data = tail
+                continue
+            if kind != "gzip" and not getattr(decomp, "needs_input", True):
+                data = b""
+                continue
+            data = b""
+        data = raw.read(CHUNK_BYTES)
+    if not getattr(decomp, "eof", False):
+        stats.truncated = True
+        stats.warn(f"{kind} stream ends early (truncated file); diagnosed what was read")
+
+
+def _looks_binary(sample: bytes) -> bool:
+    if not sample:
+        return False
+    controls = sum(sample.count(bytes([b])) for b in (*range(0, 9), 11, 12, *range(14, 27), *range(28, 32)))
+    return controls / len(sample) > 0.30
+
+
+def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:
+    """Yield byte chunks that each hold whole lines ending in b"\\n" (the last may be completed).
+
+    Lines over MAX_LINE_BYTES are cut to that length and the rest of them is dropped.
+    """
+    raw = _open_raw(path)
+    try:
+        carry = b""
+        skipping = False
+        checked = False
+        for block in _decoded_blocks(raw, stats):
+            if not checked:
+                checked = True
+                if _looks_binary(block[:SNIFF_BYTES]):
+                    raise InputError(f"{stats.path}: looks like a binary file, not a text log")
+            if skipping:
+                nl = block.find(b"\n")
+                if nl < 0:
+                    continue
+                block = block[nl + 1 :]
+                skipping = False
+            buf = carry + block if carry else block
+            last_nl = buf.rfind(b"\n")
+            if last_nl < 0:
+                carry = buf
+            else:
+                out, carry = buf[: last_nl + 1], buf[last_nl + 1 :]
+                if b"\x00" in out:
+                    out = out.replace(b"\x00", b"")
+                if out:
+                    yield out
+            if len(carry) > MAX_LINE_BYTES:
+                stats.long_lines += 1
+                stats.warn(f"lines longer than {MAX_LINE_BYTES >> 20} MiB were cut to that length")
+                yield carry[:MAX_LINE_BYTES].replace(b"\x00", b"") + b"\n"
+                carry = b""
+                skipping = True
+        if not checked:
+            if stats.truncated:
+                raise InputError(f"{stats.path}: {stats.warnings[-1]}; no text before the damage")
+            raise InputError(f"{stats.path}: empty input (0 bytes)")
+        if carry:
+            # A log still being written ends mid-line; keep that partial line.
+            yield carry.replace(b"\x00", b"") + b"\n"
+    except OSError as exc:
+        raise InputError(f"{stats.path}: read failed ({exc.strerror or exc})") from None
+    finally:
+        if raw is not sys.stdin.buffer:
+            raw.close()

@@ -1,0 +1,1 @@
+"""Parsers: pure, incremental line -> event parsers, one module per system."""

@@ -1,0 +1,311 @@
+"""PyTorch OOM evidence: the caching-allocator message (three eras), driver-level and host OOMs,
+and the traceback frames that tell where the allocation failed.
+
+Field patterns allow any whitespace (``\\s*``) between words: pasted messages are hard-wrapped
+mid-word or re-wrapped by hand, and continuation lines are joined without a separator.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+
+from oomdoctor.evidence import Event, Line, LineRef, ProcessUsage
+from oomdoctor.units import UnitError, is_plausible_device_bytes, parse_size_bytes
+
+KIND_OOM = "torch_oom"
+KIND_DRIVER_OOM = "driver_oom"
+KIND_HOST_OOM = "host_oom"
+
+ANCHORS: tuple[bytes, ...] = (
+    b"out of memory",
+    b"Out of memory",
+    b"OutOfMemory",
+    b"ALLOC_FAILED",
+    b"CUDA calloc",
+    b"Traceback",
+    b'File "',
+    b"Killed",
+    b"NO_MEMORY",
+    b"can't allocate memory",
+    b"exit code",
+    b"exitcode",
+    b"OOMKilled",
+    b"SIGKILL",
+)
+
+_SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
+
+# --- the allocator message -------------------------------------------------------------------
+_OOM_START_RE = re.compile(
+    r"(?P<backend>CUDA|HIP|NPU|XPU|MLU)\s*out\s*of\s*memory\b|(?<![A-Za-z])Out\s*of\s*memory\.\s*Tried\s*to\s*allocate"
+)
+_OOM_COMPLETE_RE = re.compile(
+    r"reserved\s*by\s*PyTorch\s*but\s*unallocated|reserved\s*in\s*total\s*by\s*PyTorch\s*\)|\bcached\s*\)"
+    r"|See\s*documentation|PYTORCH_(?:CUDA_)?ALLOC_CONF"
+)
+_REQUESTED_RE = re.compile(rf"Tried\s*to\s*allocate\s*({_SIZE})")
+_ERA2_RE = re.compile(
+    rf"(?:GPU|NPU|XPU|device)\s*(\d+)\s*has\s*a\s*total\s*capac(?:i)?ty\s*of\s*({_SIZE})\s*of\s*which\s*({_SIZE})\s*is\s*free"
+)
+_ERA0_RE = re.compile(
+    rf"\(\s*(?:GPU|NPU|XPU)\s*(\d+)\s*;\s*({_SIZE})\s*total\s*capac(?:i)?ty\s*;\s*(?:({_SIZE})\s*already\s*allocated\s*;\s*)?"
+    rf"({_SIZE})\s*free\s*;\s*(?:({_SIZE})\s*allowed\s*;\s*)?({_SIZE})\s*(?:reserved\s*in\s*total\s*by\s*PyTorch|cached)"
+)
+_PROCESS_RE = re.compile(rf"(?:Process\s*(\d+)|this\s*process)\s*has\s*({_SIZE})\s*memory\s*in\s*use")
+_ALLOWED_RE = re.compile(rf"({_SIZE})\s*allowed\s*;")
+_ALLOCATED_RE = re.compile(rf"Of\s*the\s*allocated\s*memory\s*({_SIZE})\s*is\s*allocated\s*by\s*PyTorch")
+_PRIVATE_RE = re.compile(rf"with\s*({_SIZE})\s*allocated\s*in\s*private\s*pools")
+_UNALLOCATED_RE = re.compile(rf"and\s*({_SIZE})\s*is\s*reserved\s*by\s*PyTorch\s*but\s*unallocated")
+_EXC_RE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception))\s*(?::|\(\s*['\"])\s*(?:[\w ]+:\s*)?$")
+
+_WRAPPERS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("cuda_graph_capture", re.compile(r"Capture cuda graph failed|CUDA graph capture failed|capture failed", re.I)),
+    ("repr", re.compile(r"OutOfMemoryError\(\s*['\"]")),
+    ("json_body", re.compile(r"\{\s*\"(?:error|detail|message)\"")),
+    ("worker", re.compile(r"Worker failed with error")),
+    ("engine", re.compile(r"EngineGenerateError|EngineDeadError|MQEngineDeadError")),
+    ("pytest", re.compile(r"^FAILED \S+::")),
+)
+
+# --- other OOM signatures ---------------------------------------------------------------------
+_DRIVER_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("cuda_runtime", re.compile(r"CUDA error: out of memory")),
+    ("cublas", re.compile(r"CUBLAS_STATUS_ALLOC_FAILED|CUBLAS_STATUS_NOT_INITIALIZED")),
+    ("nccl", re.compile(r"Cuda failure '?out of memory'?|Failed to CUDA calloc")),
+    ("cumem_allocator", re.compile(r"CUDA Error: out of memory at")),
+    ("hip", re.compile(r"hipErrorOutOfMemory")),
+    ("cusolver", re.compile(r"cusolver_status_alloc_failed", re.I)),
+    ("nvrm", re.compile(r"NVRM.*NV_ERR_NO_MEMORY|Out of memory \[NV_ERR_NO_MEMORY\]")),
+)
+_HOST_PATTERNS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
+    ("cpu_allocator", "strong", re.compile(r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (\d+) bytes)?")),
+    ("kernel_oom_killer", "strong", re.compile(r"Out of memory: Killed process (\d+) \(([^)]*)\)")),
+    ("cgroup", "strong", re.compile(r"Memory cgroup out of memory|oom-kill:|OOMKilled")),
+    ("sigkill", "weak", re.compile(r"(?:^|\s)Killed\s*$|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|signal 9\b|SIGKILL")),
+)
+
+_TRACEBACK_RE = re.compile(r"Traceback \(most recent call last\)")
+_FRAME_RE = re.compile(r'^\s*File "([^"]+)", line \d+, in ([\w<>.]+)')
+
+# Where in a server an allocation failed, judged from traceback frames as (path, function)
+# patterns. Checked in this order: a forward pass inside graph capture is a capture OOM, an
+# encoder inside the model is an encoder OOM. Graph *replay* frames (cuda_graph_runner.replay) are
+# a normal decode step, so capture is matched on the function name only. The VLM routine that
+# wraps every forward (general_mm_embed_routine) is deliberately not an encoder marker.
+_STAGE_MARKERS: tuple[tuple[str, re.Pattern[str] | None, re.Pattern[str]], ...] = (
+    ("cuda_graph", None, re.compile(r"capture", re.I)),
+    (
+        "weight_loading",
+        re.compile(r"model_loader|weight_utils"),
+        re.compile(r"^(?:load_model|load_weights|weight_loader|load_state_dict|from_pretrained|initialize_model|_load_w\w*)$"),
+    ),
+    (
+        "kv_pool",
+        re.compile(r"memory_pool\.py|kv_cache_configurator|pool_configurator"),
+        re.compile(r"init_memory_pool|_create_buffers|^init_memory$|initialize_kv_cache|_initialize_kv_caches|allocate_kv_cache|_allocate_kv_cache\w*|TokenToKVPool"),
+    ),
+    (
+        "encoder",
+        re.compile(r"/vision\w*\.py|siglip|/clip\.py|_vit\b|/vit\w*\.py|audio_encoder|whisper", re.I),
+        re.compile(
+            r"get_image_feature|get_audio_feature|get_video_feature|encode_images|embed_mm_inputs|_process_image_input"
+            r"|_process_video_input|get_multimodal_embeddings|compute_fn|^visual$|vision_tower|audio_tower|_encode_(?:image|audio|video)",
+            re.I,
+        ),
+    ),
+    (
+        "forward",
+        None,
+        re.compile(r"forward|run_batch|execute_model|_dummy_run|generate|prefill|decode", re.I),
+    ),
+)
+_PHASE_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("prefill", re.compile(r"forward_extend|prefill|_dummy_sampler_run|profile_run|chunked", re.I)),
+    ("decode", re.compile(r"forward_decode|decode", re.I)),
+)
+
+
+def _size(text: str | None) -> int | None:
+    if not text:
+        return None
+    try:
+        value = parse_size_bytes(text.replace(" ", ""))
+    except UnitError:
+        return None
+    return value if is_plausible_device_bytes(value) else None
+
+
+def classify_frames(frames: tuple[tuple[str, str], ...]) -> tuple[str, str | None]:
+    """Stage and phase of a failed allocation from its traceback frames (file, function)."""
+    if not frames:
+        return "unknown", None
+    stage = "unknown"
+    for name, path_re, func_re in _STAGE_MARKERS:
+        if any(func_re.search(func) or (path_re is not None and path_re.search(path)) for path, func in frames):
+            stage = name
+            break
+    phase = None
+    if stage in ("forward", "cuda_graph"):
+        for name, pattern in _PHASE_MARKERS:
+            if any(pattern.search(func) for _, func in frames):
+                phase = name
+                break
+    return stage, phase
+
+
+def parse_oom_message(text: str) -> dict:
+    """Numbers of one (joined) allocator OOM message; absent clauses are simply missing keys."""
+    values: dict = {}
+    m = _OOM_START_RE.search(text)
+    values["backend"] = (m.group("backend") if m and m.group("backend") else "CUDA")
+    requested = _REQUESTED_RE.search(text)
+    if requested:
+        values["requested_bytes"] = _size(requested.group(1))
+    era2 = _ERA2_RE.search(text)
+    era0 = _ERA0_RE.search(text)
+    if era2:
+        values["era"] = 2 if "capacity" in era2.group(0).replace(" ", "") else 1
+        values["device"] = int(era2.group(1))
+        values["capacity_bytes"] = _size(era2.group(2))
+        values["free_bytes"] = _size(era2.group(3))
+    elif era0:
+        values["era"] = 0
+        values["device"] = int(era0.group(1))
+        values["capacity_bytes"] = _size(era0.group(2))
+        values["free_bytes"] = _size(era0.group(4))
+        allocated = _size(era0.group(3))
+        reserved = _size(era0.group(6))
+        if allocated is not None:
+            values["allocated_bytes"] = allocated
+        if reserved is not None:
+            values["reserved_bytes"] = reserved
+            if allocated is not None:
+                values["reserved_unallocated_bytes"] = max(reserved - allocated, 0)
+        if era0.group(5):
+            values["allowed_bytes"] = _size(era0.group(5))
+    processes: list[ProcessUsage] = []
+    for pm in _PROCESS_RE.finditer(text):
+        used = _size(pm.group(2))
+        if used is None:
+            continue
+        processes.append(ProcessUsage(pid=int(pm.group(1)) if pm.group(1) else None, used_bytes=used, is_self=pm.group(1) is None))
+    if processes:
+        values["processes"] = tuple(processes)
+    if "allowed_bytes" not in values:
+        allowed = _ALLOWED_RE.search(text)
+        if allowed:
+            values["allowed_bytes"] = _size(allowed.group(1))
+    allocated = _ALLOCATED_RE.search(text)
+    if allocated:
+        values["allocated_bytes"] = _size(allocated.group(1))
+    private = _PRIVATE_RE.search(text)
+    if private:
+        values["private_pool_bytes"] = _size(private.group(1))
+    unallocated = _UNALLOCATED_RE.search(text)
+    if unallocated:
+        values["reserved_unallocated_bytes"] = _size(unallocated.group(1))
+    for name, pattern in _WRAPPERS:
+        if pattern.search(text):
+            values["wrapper"] = name
+            break
+    values["complete"] = bool(_OOM_COMPLETE_RE.search(text))
+    return {k: v for k, v in values.items() if v is not None}
+
+
+class TorchParser:
+    """Incremental parser: ``feed`` one line at a time, ``finish`` at the end; no I/O."""
+
+    def __init__(self) -> None:
+        self._frames: dict[str | None, deque[tuple[str, str]]] = {}
+        self._pending: tuple[list[LineRef], str, str | None, str | None] | None = None
+
+    def _frames_of(self, rank: str | None) -> deque[tuple[str, str]]:
+        frames = self._frames.get(rank)
+        if frames is None:
+            frames = self._frames[rank] = deque(maxlen=80)
+        return frames
+
+    def _emit_pending(self) -> list[Event]:
+        if self._pending is None:
+            return []
+        refs, text, rank, exc = self._pending
+        self._pending = None
+        values = parse_oom_message(text)
+        if exc:
+            values["exception"] = exc
+        frames = tuple(self._frames_of(rank))
+        stage, phase = classify_frames(frames)
+        values["stage"] = stage
+        if phase:
+            values["phase"] = phase
+        values["frames"] = frames[-12:]
+        values["message"] = text[:2000]
+        return [Event(KIND_OOM, tuple(refs), values)]
+
+    @staticmethod
+    def _continues(line: Line, rank: str | None) -> bool:
+        msg = line.msg.strip()
+        if not msg or line.ts is not None or line.ref.rank != rank:
+            return False
+        return not (msg.startswith(("Traceback", "File ", "During handling", "The above exception", "[")) or _OOM_START_RE.search(msg))
+
+    def feed(self, line: Line) -> list[Event]:
+        out: list[Event] = []
+        msg = line.msg
+        if self._pending is not None:
+            refs, text, rank, exc = self._pending
+            if self._continues(line, rank) and len(refs) < 6:
+                text += msg.strip()
+                refs.append(line.ref)
+                self._pending = (refs, text, rank, exc)
+                if _OOM_START_RE.search(text) and _OOM_COMPLETE_RE.search(text):
+                    out.extend(self._emit_pending())
+                return out
+            out.extend(self._emit_pending())
+
+        if "File " in msg:
+            fm = _FRAME_RE.match(msg)
+            if fm:
+                self._frames_of(line.ref.rank).append((fm.group(1), fm.group(2)))
+                return out
+        if "Traceback" in msg and _TRACEBACK_RE.search(msg):
+            self._frames_of(line.ref.rank).clear()
+
+        start = _OOM_START_RE.search(msg)
+        if start:
+            head = msg[: start.start()]
+            exc_m = _EXC_RE.search(head)
+            text = msg[start.start():]
+            if "Capture cuda graph failed" in head:
+                text = "Capture cuda graph failed: " + text
+            pending_refs = [line.ref]
+            self._pending = (pending_refs, text, line.ref.rank, exc_m.group(1) if exc_m else None)
+            if _OOM_COMPLETE_RE.search(text):
+                out.extend(self._emit_pending())
+            return out
+
+        for source, pattern in _DRIVER_PATTERNS:
+            if pattern.search(msg):
+                frames = tuple(self._frames_of(line.ref.rank))
+                stage, phase = classify_frames(frames)
+                values = {"source": source, "stage": stage, "frames": frames[-12:]}
+                if phase:
+                    values["phase"] = phase
+                out.append(Event(KIND_DRIVER_OOM, (line.ref,), values))
+                return out
+        for source, strength, pattern in _HOST_PATTERNS:
+            hm = pattern.search(msg)
+            if hm:
+                values = {"source": source, "strength": strength}
+                if source == "kernel_oom_killer":
+                    values["pid"] = int(hm.group(1))
+                    values["process_name"] = hm.group(2)
+                if source == "cpu_allocator" and hm.group(1):
+                    values["requested_bytes"] = int(hm.group(1))
+                out.append(Event(KIND_HOST_OOM, (line.ref,), values))
+                return out
+        return out
+
+    def finish(self) -> list[Event]:
+        return self._emit_pending()

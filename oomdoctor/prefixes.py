@@ -1,0 +1,135 @@
+"""Line cleaning: ANSI codes and the ordered table of prefixes that wrap a log message.
+
+Prefixes nest (docker compose around a CI timestamp around SGLang's own rank tag), so the table is
+applied repeatedly, outermost first, until no entry matches. Every entry may contribute a rank tag
+or a timestamp; the message that is left is what parsers read.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Real ESC sequences, and the same codes pasted as caret text ("^[[0;36m") by people copying
+# from a terminal or a web console.
+_ANSI_RE = re.compile(r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")
+
+
+@dataclass(frozen=True, slots=True)
+class Stripped:
+    """A message with its prefixes removed, and the identity those prefixes carried."""
+
+    msg: str
+    rank: str | None
+    ts: str | None
+
+
+def _sglang_rank(tags: str) -> str | None:
+    tags = tags.strip()
+    return tags or None
+
+
+def _vllm_proc_rank(name: str, attrs: str) -> str | None:
+    # (VllmWorker rank=3 pid=N) -> rank3; (Worker_TP0_EP0 pid=N) -> TP0 EP0; (EngineCore_DP0 ...) -> DP0
+    m = re.search(r"rank=(\d+)", attrs)
+    if m:
+        return f"rank{m.group(1)}"
+    parts = [p for p in name.split("_")[1:] if re.fullmatch(r"(?:DP|TP|PP|EP|DCP|PCP)\d+", p)]
+    if parts:
+        return " ".join(parts)
+    m = re.search(r"pid=(\d+)", attrs)
+    if name.startswith(("VllmWorkerProcess", "RayWorkerWrapper", "Worker")) and m:
+        return f"pid{m.group(1)}"
+    return None
+
+
+# (name, pattern, kind). Order matters only among entries that could match the same text; the
+# loop restarts from the top after every strip, so outer wrappers may appear in any order.
+_PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # Markdown quote from a pasted bug report.
+    ("markdown", re.compile(r"^ {0,3}>+ ?")),
+    # docker compose: service name padded to the widest name, then "| ".
+    ("docker", re.compile(r"^(?P<svc>[A-Za-z0-9][\w.]*[-_][\w.-]*)\s+\| ?")),
+    # Buildkite / cloud logging / kubectl --timestamps.
+    (
+        "iso_ts",
+        re.compile(
+            r"^\[?(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]? ?"
+        ),
+    ),
+    # torch.distributed elastic: "[rank3]: ".
+    ("torch_rank", re.compile(r"^\[(?P<rank>rank\d+)\]: ?")),
+    # SGLang: "[2026-03-02 10:00:41 DP0 PP0 TP0 EP0] ", "[10:00:41 TP1] ", "[03-02 10:00:41] ".
+    (
+        "sglang",
+        re.compile(
+            r"^\[(?P<ts>(?:\d{4}-)?(?:\d{2}-\d{2} )?\d{2}:\d{2}:\d{2})"
+            r"(?P<tags>(?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP|CP)\d+)*)[^\]]{0,20}\] ?"
+            r"(?:(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) [\w./-]+\.py:\d+: )?"
+        ),
+    ),
+    # vLLM process tag: "(EngineCore_DP0 pid=1531) ", "(RayWorkerWrapper pid=1699, ip=10.0.0.1) ".
+    ("vllm_proc", re.compile(r"^\((?P<name>[A-Za-z][\w]*)(?P<attrs>(?: [\w]+=[^\s,)]+,?)+)\) ")),
+    # vLLM logger: "INFO 08-19 07:51:03 [core.py:396] ", oldest "INFO 08-19 07:51:03 worker.py:10] ".
+    (
+        "vllm_level",
+        re.compile(
+            r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2})"
+            r"(?:\.\d+)? \[?[\w./-]+:\d+\] "
+        ),
+    ),
+    # Python logging as SGLang Omni configures it: "2026-03-29 22:51:55,108 [WARNING] ".
+    (
+        "pylogging",
+        re.compile(r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[,.]\d+)?) (?:\[(?P<level>[A-Z]+)\] |(?P<l2>[A-Z]+) )"),
+    ),
+)
+
+
+def strip_ansi(text: str) -> str:
+    """Remove colour codes, whether real escape bytes or pasted caret text."""
+    if "\x1b" not in text and "^[" not in text:
+        return text
+    return _ANSI_RE.sub("", text)
+
+
+def split_prefix(raw: str) -> Stripped:
+    """Strip every known prefix from one raw line; return the message with its rank and time."""
+    text = strip_ansi(raw)
+    if "\r" in text:
+        # tqdm redraws with CR; what a terminal shows is the last non-empty segment.
+        segments = [s for s in text.split("\r") if s.strip()]
+        text = segments[-1] if segments else ""
+    text = text.rstrip("\n")
+    ranks: list[str] = []
+    ts: str | None = None
+    svc: str | None = None
+    for _ in range(8):
+        for name, pattern in _PREFIXES:
+            m = pattern.match(text)
+            if not m or m.end() == 0:
+                continue
+            groups = m.groupdict()
+            if name == "docker":
+                svc = groups["svc"]
+            elif name == "torch_rank":
+                ranks.append(groups["rank"])
+            elif name == "sglang":
+                ts = ts or groups["ts"]
+                tag = _sglang_rank(groups["tags"])
+                if tag:
+                    ranks.append(tag)
+            elif name == "vllm_proc":
+                tag = _vllm_proc_rank(groups["name"], groups["attrs"])
+                if tag:
+                    ranks.append(tag)
+            elif "ts" in groups and groups["ts"]:
+                ts = ts or groups["ts"]
+            text = text[m.end() :]
+            break
+        else:
+            break
+    rank = ranks[0] if ranks else None
+    if svc and rank:
+        rank = f"{svc}/{rank}"
+    return Stripped(msg=text, rank=rank, ts=ts)

@@ -1,0 +1,1 @@
+"""Renderers: thin views of one Diagnosis (text for terminals, JSON for scripts)."""

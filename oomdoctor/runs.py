@@ -1,0 +1,91 @@
+"""Runs and incidents: a long log holds several server runs (restarts, crash loops).
+
+Each ``server_args=`` line starts a new run. Within a run, the OOM events form at most one incident;
+the same OOM reported two or three times (re-raised, re-logged by each wrapper) counts once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from oomdoctor.evidence import Event
+from oomdoctor.parsers import sglang as sg
+from oomdoctor.parsers import torch_oom as tt
+
+# Events that show an OOM (or a memory failure SGLang reports itself).
+_OOM_KINDS = {
+    tt.KIND_OOM,
+    tt.KIND_DRIVER_OOM,
+    sg.KIND_NOT_ENOUGH,
+    sg.KIND_NO_KV,
+    sg.KIND_HYBRID_NOT_ENOUGH,
+    sg.KIND_KV_ALLOC_FAIL,
+    sg.KIND_REQ_SLOTS_FAIL,
+    sg.KIND_OMNI_ENCODER_FAIL,
+}
+
+
+@dataclass
+class Run:
+    """One server run: its events in log order (across all inputs with the same run number)."""
+
+    number: int
+    events: list[Event] = field(default_factory=list)
+
+    def of(self, kind: str) -> list[Event]:
+        return [e for e in self.events if e.kind == kind]
+
+    def first(self, kind: str) -> Event | None:
+        return next((e for e in self.events if e.kind == kind), None)
+
+    def last(self, kind: str) -> Event | None:
+        return next((e for e in reversed(self.events) if e.kind == kind), None)
+
+
+def is_oom_event(event: Event) -> bool:
+    """Whether an event by itself is evidence of an out-of-memory failure."""
+    if event.kind in _OOM_KINDS:
+        return True
+    if event.kind == sg.KIND_CAPTURE_FAILED:
+        return bool(event.get("is_oom"))
+    if event.kind == sg.KIND_PROFILED_NEGATIVE:
+        return event.get("profiled_tokens", 0) <= 0
+    if event.kind == sg.KIND_LEGACY_PROFILE:
+        return event.get("rest_bytes", 0) <= 0
+    if event.kind == tt.KIND_HOST_OOM:
+        return event.get("strength") == "strong"
+    return False
+
+
+def split_runs(events_per_input: list[list[Event]]) -> list[Run]:
+    """Segment each input's events into runs at ``server_args``; merge the same run number across inputs."""
+    runs: dict[int, Run] = {}
+    for events in events_per_input:
+        number = 1
+        seen_args = False
+        for event in events:
+            if event.kind == sg.KIND_SERVER_ARGS:
+                if seen_args:
+                    number += 1
+                seen_args = True
+            runs.setdefault(number, Run(number)).events.append(event)
+    return [runs[k] for k in sorted(runs)]
+
+
+def dedupe_ooms(events: list[Event]) -> list[Event]:
+    """Drop repeats of the same allocator OOM (same numbers) within one run; keep the first."""
+    seen: set[tuple] = set()
+    out: list[Event] = []
+    for event in events:
+        if event.kind == tt.KIND_OOM:
+            key = (
+                event.rank,
+                event.get("requested_bytes"),
+                event.get("free_bytes"),
+                event.get("capacity_bytes"),
+            )
+            if key in seen and any(v is not None for v in key[1:]):
+                continue
+            seen.add(key)
+        out.append(event)
+    return out

@@ -1,0 +1,79 @@
+"""The scanner: byte chunks to the few lines worth parsing, each with its number and prefixes split.
+
+Most of a large server log is batch statistics. Each chunk is searched once per anchor with
+``bytes.find`` (C speed); only lines holding an anchor, plus a few lines after each for messages
+that wrap, are decoded and handed to the parsers.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+from oomdoctor.evidence import Line, LineRef
+from oomdoctor.prefixes import split_prefix, strip_ansi
+
+# Lines after an anchor that are also read: wrapped OOM messages, the multi-line KV allocator
+# error ("Try to allocate N tokens." / "Available full tokens: ..."), hard-wrapped server_args.
+CONTEXT_LINES = 3
+
+MAX_TEXT_CHARS = 4000
+
+
+def _anchor_line_starts(chunk: bytes, anchors: tuple[bytes, ...]) -> list[int]:
+    starts: set[int] = set()
+    find = chunk.find
+    for anchor in anchors:
+        i = find(anchor)
+        while i >= 0:
+            starts.add(chunk.rfind(b"\n", 0, i) + 1)
+            i = find(anchor, find(b"\n", i) + 1)
+    return sorted(starts)
+
+
+def scan_lines(chunks: Iterable[bytes], path: str, anchors: tuple[bytes, ...], counter: list[int]) -> Iterator[Line]:
+    """Yield the anchored lines (and their context lines) of a stream of whole-line chunks.
+
+    ``counter[0]`` is set to the total number of lines seen, for the input report.
+    """
+    base = 0  # lines before this chunk
+    pending_context = 0
+    last_rank: str | None = None
+    for chunk in chunks:
+        hits = _anchor_line_starts(chunk, anchors)
+        wanted: set[int] = set(hits)
+        pos = 0
+        for _ in range(pending_context):
+            if pos >= len(chunk):
+                break
+            wanted.add(pos)
+            pos = chunk.find(b"\n", pos) + 1
+        pending_context = 0
+        for start in hits:
+            pos = chunk.find(b"\n", start) + 1
+            for k in range(CONTEXT_LINES):
+                if pos >= len(chunk):
+                    pending_context = max(pending_context, CONTEXT_LINES - k)
+                    break
+                wanted.add(pos)
+                pos = chunk.find(b"\n", pos) + 1
+        prev = 0
+        lineno = base + 1  # number of the line that starts at offset `prev`
+        for start in sorted(wanted):
+            lineno += chunk.count(b"\n", prev, start)
+            prev = start
+            end = chunk.find(b"\n", start)
+            raw = chunk[start:end].decode("utf-8", "replace")
+            stripped = split_prefix(raw)
+            rank = stripped.rank
+            if rank is None and stripped.ts is None:
+                # Traceback and message continuation lines carry no prefix of their own; they belong
+                # to the record (and rank) of the last prefixed line.
+                rank = last_rank
+            elif stripped.ts is not None or rank is not None:
+                last_rank = rank
+            text = strip_ansi(raw).rstrip()
+            if len(text) > MAX_TEXT_CHARS:
+                text = text[:MAX_TEXT_CHARS] + "…"
+            yield Line(ref=LineRef(path=path, line=lineno, rank=rank, text=text, ts=stripped.ts), msg=stripped.msg, ts=stripped.ts)
+        base += chunk.count(b"\n")
+        counter[0] = base
