@@ -170,20 +170,30 @@ def sglang_autotune_mfs(
 def sglang_min_activation_reserve_bytes(capacity_hint_bytes: int, tp: int = 1, pp: int = 1) -> Derived:
     """The least SGLang itself leaves for activations on a card of this size.
 
-    On cards over 60 GiB that is the 10 GiB big-GPU floor; below, the current-era reserve formula with
-    the card tier's own default chunked prefill and graph batch size.
+    On cards over 60 GiB that is the 10 GiB big-GPU floor. Below, the smaller of the Era B tier
+    reserve and the current-era formula with the tier's own default chunked prefill and graph batch size
+    (the eras disagree on small cards; the smaller one is what some SGLang release really ran with).
     """
     if capacity_hint_bytes > SGLANG_BIG_GPU_THRESHOLD_BYTES:
         return Derived(
             SGLANG_BIG_GPU_RESERVE_BYTES,
             (Step("SGLang activation reserve", "10 GiB big-GPU floor of its auto-tune (card over 60 GiB)", SGLANG_BIG_GPU_RESERVE_BYTES),),
         )
+    gib = capacity_hint_bytes / GIB
+    p = tp * pp
+    era_b_mib = (2.8 + p / 10) * 1024 if gib < 35 else (9.5 + p / 2) * 1024
     chunk, bs = _tier_defaults(capacity_hint_bytes / MIB, tp)
-    reserve_mib = 512 + max(chunk, 2048) * 1.5 + bs * 2 + tp * pp / 8 * 1024
-    reserve = round(reserve_mib * MIB)
+    current_mib = 512 + max(chunk, 2048) * 1.5 + bs * 2 + p / 8 * 1024
+    reserve = round(min(era_b_mib, current_mib) * MIB)
     return Derived(
         reserve,
-        (Step("SGLang activation reserve", f"512 + {max(chunk, 2048)}*1.5 + {bs}*2 + {tp}*{pp}/8*1024 MiB", reserve),),
+        (
+            Step(
+                "SGLang activation reserve",
+                f"min(Era B tier {era_b_mib:.0f} MiB, current 512 + {max(chunk, 2048)}*1.5 + {bs}*2 + {p}/8*1024 = {current_mib:.0f} MiB)",
+                reserve,
+            ),
+        ),
     )
 
 

@@ -79,25 +79,23 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
     parsers = (sg.SGLangParser(), tt.TorchParser())
     events: list[Event] = []
     counter = [0]
-    anchored_unparsed = 0
-    cited: set[int] = set()
+    uncited: set[int] = set()
     display = "<stdin>" if path == "-" else path
     for line in scan_lines(iter_line_chunks(path, stats), display, ANCHORS, counter):
-        produced = 0
+        if line.anchored and not line.msg.lstrip().startswith(_FRAME_PREFIXES):
+            uncited.add(line.ref.line)
         for parser in parsers:
             new = parser.feed(line)
-            produced += len(new)
             events.extend(new)
             for e in new:
-                cited.update(r.line for r in e.refs)
-        if not produced and line.msg.lstrip().startswith(_FRAME_PREFIXES):
-            cited.add(line.ref.line)
-        elif not produced:
-            anchored_unparsed += 1
+                uncited.difference_update(r.line for r in e.refs)
     for parser in parsers:
-        events.extend(parser.finish())
+        new = parser.finish()
+        events.extend(new)
+        for e in new:
+            uncited.difference_update(r.line for r in e.refs)
     stats.lines = counter[0]
-    stats.unparsed_lines = anchored_unparsed
+    stats.unparsed_lines = len(uncited)
     events.sort(key=lambda e: e.ref.line)
     return events
 

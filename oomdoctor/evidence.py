@@ -27,6 +27,7 @@ class Line:
     ref: LineRef
     msg: str
     ts: str | None = None
+    anchored: bool = True  # False for a context line read only because it follows an anchor
 
 
 @dataclass(frozen=True, slots=True)

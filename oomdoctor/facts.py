@@ -264,6 +264,8 @@ def _torch_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
 
 def _sglang_error_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
     for e in events:
+        if e.kind in (sg.KIND_NOT_ENOUGH, sg.KIND_NO_KV, sg.KIND_HYBRID_NOT_ENOUGH) and "startup_kv_error" in f.values:
+            continue  # every rank reports it; the first report is the one to cite
         if e.kind == sg.KIND_NOT_ENOUGH:
             f.set("startup_kv_error", True, e.ref)
             f.set("startup_kv_error_kind", "not_enough_memory")
@@ -289,15 +291,15 @@ def _sglang_error_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> No
             f.set("capture_failed", True, e.ref)
             f.set("capture_error_is_oom", bool(e.get("is_oom")), e.ref)
             f.set("capture_custom_all_reduce", bool(e.get("custom_all_reduce")))
-        elif e.kind == sg.KIND_KV_ALLOC_FAIL:
+        elif e.kind == sg.KIND_KV_ALLOC_FAIL and "kv_alloc_failed" not in f.values:
             f.set("kv_alloc_failed", True, e.ref)
             f.set("kv_alloc_phase", e.get("which"))
         elif e.kind == sg.KIND_KV_ALLOC_DETAIL:
-            if e.get("requested_tokens") is not None:
+            if e.get("requested_tokens") is not None and "kv_requested_tokens" not in f.values:
                 f.set("kv_requested_tokens", e.get("requested_tokens"), e.ref)
-            if e.get("available_tokens") is not None:
+            if e.get("available_tokens") is not None and "kv_available_tokens" not in f.values:
                 f.set("kv_available_tokens", e.get("available_tokens"), e.ref)
-        elif e.kind == sg.KIND_REQ_SLOTS_FAIL:
+        elif e.kind == sg.KIND_REQ_SLOTS_FAIL and "req_slots_failed" not in f.values:
             f.set("req_slots_failed", True, e.ref)
         elif e.kind == sg.KIND_OMNI_ENCODER_FAIL:
             f.set("encoder_request_failed", True, e.ref)

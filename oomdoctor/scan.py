@@ -56,6 +56,7 @@ def scan_lines(chunks: Iterable[bytes], path: str, anchors: tuple[bytes, ...], c
                     break
                 wanted.add(pos)
                 pos = chunk.find(b"\n", pos) + 1
+        hit_set = set(hits)
         prev = 0
         lineno = base + 1  # number of the line that starts at offset `prev`
         for start in sorted(wanted):
@@ -74,6 +75,6 @@ def scan_lines(chunks: Iterable[bytes], path: str, anchors: tuple[bytes, ...], c
             text = strip_ansi(raw).rstrip()
             if len(text) > MAX_TEXT_CHARS:
                 text = text[:MAX_TEXT_CHARS] + "…"
-            yield Line(ref=LineRef(path=path, line=lineno, rank=rank, text=text, ts=stripped.ts), msg=stripped.msg, ts=stripped.ts)
+            yield Line(ref=LineRef(path=path, line=lineno, rank=rank, text=text, ts=stripped.ts), msg=stripped.msg, ts=stripped.ts, anchored=start in hit_set)
         base += chunk.count(b"\n")
         counter[0] = base
