@@ -25,7 +25,18 @@ def _fail(message: str, code: ExitCode) -> NoReturn:
     sys.exit(int(code))
 
 
-@click.group(help=f"Why an LLM inference server ran out of GPU memory, and which flag to change.\n\n{EXIT_CODES_HELP}")
+class _Group(click.Group):
+    """Maps the one typed error to its exit code for every command (also under click's test runner)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except OomdoctorError as exc:
+            click.echo(f"oomdoctor: error: {exc}", err=True)
+            ctx.exit(int(exc.exit_code))
+
+
+@click.group(cls=_Group, help=f"Why an LLM inference server ran out of GPU memory, and which flag to change.\n\n{EXIT_CODES_HELP}")
 @click.version_option(__version__, prog_name="oomdoctor")
 def cli() -> None:
     pass
@@ -67,7 +78,7 @@ def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, rules_dirs: t
     sys.exit(int(ExitCode.OOM_DIAGNOSED if result.oom else ExitCode.NO_OOM))
 
 
-@cli.group(help="List, explain and check the rule catalogue.")
+@cli.group(cls=_Group, help="List, explain and check the rule catalogue.")
 def rules() -> None:
     pass
 
@@ -107,7 +118,8 @@ def rules_check(rules_dirs: tuple[str, ...]) -> None:
 def main() -> None:
     """Entry point: one place where errors become exit codes and one-line messages."""
     try:
-        cli.main(standalone_mode=False)
+        code = cli.main(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
     except click.exceptions.NoArgsIsHelpError as exc:  # type: ignore[attr-defined]
         click.echo(exc.format_message() if hasattr(exc, "format_message") else str(exc), err=True)
         sys.exit(int(ExitCode.USAGE))

@@ -173,8 +173,11 @@ def _decoded_blocks(raw: BinaryIO, stats: InputStats) -> Iterator[bytes]:
 def _looks_binary(sample: bytes) -> bool:
     if not sample:
         return False
-    controls = sum(sample.count(bytes([b])) for b in (*range(0, 9), 11, 12, *range(14, 27), *range(28, 32)))
-    return controls / len(sample) > 0.30
+    # Text logs hold almost no control bytes (a few ESC for colours, NUL runs from log rotation are
+    # stripped later); core dumps, pickles and images are full of them.
+    controls = sum(sample.count(bytes([b])) for b in (*range(1, 9), 11, 12, *range(14, 27), *range(28, 32)))
+    nuls = sample.count(b"\x00")
+    return controls / len(sample) > 0.10 or (nuls / len(sample) > 0.30 and nuls < len(sample))
 
 
 def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:

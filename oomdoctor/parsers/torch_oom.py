@@ -60,6 +60,7 @@ _UNALLOCATED_RE = re.compile(rf"and\s*({_SIZE})\s*is\s*reserved\s*by\s*PyTorch\s
 _EXC_RE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception))\s*(?::|\(\s*['\"])\s*(?:[\w ]+:\s*)?$")
 
 _WRAPPERS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("marked", re.compile(r"^\[(repr|json_body|worker|engine|pytest)\] ")),
     ("cuda_graph_capture", re.compile(r"Capture cuda graph failed|CUDA graph capture failed|capture failed", re.I)),
     ("repr", re.compile(r"OutOfMemoryError\(\s*['\"]")),
     ("json_body", re.compile(r"\{\s*\"(?:error|detail|message)\"")),
@@ -206,8 +207,9 @@ def parse_oom_message(text: str) -> dict:
     if unallocated:
         values["reserved_unallocated_bytes"] = _size(unallocated.group(1))
     for name, pattern in _WRAPPERS:
-        if pattern.search(text):
-            values["wrapper"] = name
+        wm = pattern.search(text)
+        if wm:
+            values["wrapper"] = wm.group(1) if name == "marked" else name
             break
     values["complete"] = bool(_OOM_COMPLETE_RE.search(text))
     return {k: v for k, v in values.items() if v is not None}
@@ -279,6 +281,11 @@ class TorchParser:
             text = msg[start.start():]
             if "Capture cuda graph failed" in head:
                 text = "Capture cuda graph failed: " + text
+            for name, pattern in _WRAPPERS:
+                if pattern.search(head):
+                    # Keep the wrapper visible to parse_oom_message, which sees only the message.
+                    text = f"[{name}] " + text if name != "cuda_graph_capture" else text
+                    break
             pending_refs = [line.ref]
             self._pending = (pending_refs, text, line.ref.rank, exc_m.group(1) if exc_m else None)
             if _OOM_COMPLETE_RE.search(text):

@@ -1,0 +1,33 @@
+"""Shared helpers: the repository paths and a CLI runner that returns (exit code, stdout, stderr)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from oomdoctor.cli import cli
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+class Result:
+    def __init__(self, code: int, out: str, err: str):
+        self.code, self.out, self.err = code, out, err
+
+    @property
+    def json(self) -> dict:
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def run_cli():
+    def _run(*args: str, input: bytes | str | None = None) -> Result:
+        runner = CliRunner()
+        res = runner.invoke(cli, list(args), input=input, catch_exceptions=False)
+        return Result(res.exit_code, res.stdout, res.stderr)
+
+    return _run

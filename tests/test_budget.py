@@ -1,0 +1,90 @@
+"""The budget model pinned by hand-computed numbers (seed 000's H100 and H20 cases among them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from oomdoctor import budget
+from oomdoctor.units import GIB, MIB
+
+
+def gib(x: float) -> int:
+    return round(x * GIB)
+
+
+def test_seed000_h100_kv_negative_at_07_and_positive_at_085() -> None:
+    pre, post = gib(78), gib(18)  # 60 GB thinker on an 80 GB H100, ~2 GB init
+    assert budget.sglang_weights_bytes(pre, post) == gib(60)
+    assert budget.sglang_dynamic_region_bytes(pre, 0.7) == pytest.approx(gib(23.4), abs=2)
+    assert budget.sglang_kv_budget_bytes(pre, post, 0.7) == pytest.approx(gib(-5.4), abs=2)
+    assert budget.sglang_dynamic_region_bytes(pre, 0.85) == pytest.approx(gib(11.7), abs=2)
+    assert budget.sglang_kv_budget_bytes(pre, post, 0.85) == pytest.approx(gib(6.3), abs=2)
+
+
+def test_seed000_h100_recommendation_is_085() -> None:
+    pre, weights = gib(78), gib(60)
+    reserve = budget.sglang_min_activation_reserve_bytes(gib(79.19)).value
+    assert reserve == 10 * GIB
+    window = budget.sglang_feasible_window(pre, weights, budget.DEFAULT_KV_FLOOR_BYTES, reserve)
+    assert window.low == pytest.approx(61 / 78)
+    assert window.high == pytest.approx(1 - 10 / 78)
+    assert budget.choose_in_window(window) == 0.85
+
+
+def test_seed000_h20_has_7_2_gb_of_kv_at_07() -> None:
+    # 96 * 0.7 - 60 = 7.2: why CI on H20 never saw the failure.
+    pre, post = gib(96), gib(36)
+    assert budget.sglang_kv_budget_bytes(pre, post, 0.7) == pytest.approx(gib(7.2), abs=2)
+    kv = budget.sglang_kv_derivation(pre, post, 0.7)
+    assert kv.value == pytest.approx(gib(7.2), abs=2)
+    assert "0.7 * 96.00 GiB - 60.00 GiB = 7.20 GiB" in kv.steps[-1].formula
+
+
+def test_window_infeasible_when_weights_too_big() -> None:
+    window = budget.sglang_feasible_window(gib(78.5), gib(72), gib(1), gib(10))
+    assert not window.feasible
+    assert budget.choose_in_window(window) is None
+
+
+def test_choice_falls_back_to_hundredths() -> None:
+    # Window [0.861, 0.872]: no multiple of 0.05 inside, 0.87 is.
+    window = budget.Window(0.861, 0.872, ())
+    assert budget.choose_in_window(window) == 0.87
+
+
+def test_lowered_mfs_frees_shortfall_plus_margin() -> None:
+    pre = gib(78.51)
+    lowered = budget.sglang_lowered_mfs(0.838, pre, gib(0.23), gib(1.25))
+    # 0.838 - 1.48/78.51 = 0.81915 -> 0.81
+    assert lowered.value == 0.81
+
+
+def test_autotune_eras_for_h100() -> None:
+    h100 = 81559 * MIB
+    assert budget.sglang_autotune_mfs(h100, era="B").value == pytest.approx(round((81559 - 10240) / 81559, 3))
+    assert budget.sglang_autotune_mfs(h100, era="B").value == 0.874
+    # current: 512 + 8192*1.5 + 256*2 + 1/8*1024 = 13440 MiB
+    assert budget.sglang_autotune_mfs(h100, era="current").value == round((81559 - 13440) / 81559, 3)
+    assert budget.sglang_autotune_mfs(h100, tp=8, era="A").value == 0.81
+
+
+def test_autotune_big_gpu_floor_applies_when_terms_are_small() -> None:
+    h100 = 81559 * MIB
+    auto = budget.sglang_autotune_mfs(h100, era="current", chunked_prefill_size=2048, cuda_graph_max_bs=8)
+    assert auto.value == round((81559 - 10240) / 81559, 3)
+    assert any("big-GPU floor" in s.step for s in auto.steps)
+
+
+def test_small_card_reserve_is_smallest_era() -> None:
+    reserve = budget.sglang_min_activation_reserve_bytes(gib(21.8)).value
+    assert reserve == round(2.9 * 1024 * MIB)
+
+
+def test_cell_bytes_and_tokens() -> None:
+    # Qwen3-32B at TP=2: 4 KV heads/rank * (128+128) * 64 layers * 2 bytes = 128 KiB
+    cell = budget.cell_bytes_mha(4, 128, 128, 64, 2)
+    assert cell == 128 * 1024
+    assert budget.kv_tokens(gib(35.08), cell) == 287375
+    # DeepSeek-V3 MLA: (512 + 64) * 61 * 2, not split by TP
+    assert budget.cell_bytes_mla(512, 64, 61, 2) == 70272
+    assert budget.kv_tokens(-5, cell) == 0

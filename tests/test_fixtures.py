@@ -1,0 +1,87 @@
+"""Every log fixture against its expectation: class, rule, cited lines, flag values, exit code.
+
+A fixture under tests/fixtures/<rule-id>/ is a positive case (pos_*) or a near-miss negative (neg_*)
+for that rule; the rule is also run alone on it, and the whole catalogue must parse it fully.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from oomdoctor.advice import known_advice
+from oomdoctor.diagnosis import diagnose
+from oomdoctor.rule_engine import load_rules
+
+from conftest import FIXTURES, REPO
+
+CASES = sorted(p for p in FIXTURES.glob("*/*") if p.name.endswith((".log", ".log.gz")))
+ALL_RULES = load_rules(known_advice=known_advice())
+
+
+def _expect(path: Path) -> dict:
+    stem = path.name.split(".log")[0]
+    return tomllib.loads((path.parent / f"{stem}.expect.toml").read_text())
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_fixture_diagnosis(path: Path, run_cli) -> None:
+    exp = _expect(path)
+    res = run_cli("diagnose", str(path), "--format", "json")
+    assert res.code == exp["exit_code"], res.err
+    data = res.json
+    assert data["verdict"]["class"] == exp["class"]
+    assert (data["verdict"]["rule"] or "") == exp["rule"]
+    cited = [e["line"] for e in data["findings"][0]["evidence"]] if data["findings"] else []
+    assert cited == exp["cited_lines"]
+    if exp.get("parses_fully"):
+        assert all(i["unparsed_lines"] == 0 for i in data["inputs"])
+    recs = data["findings"][0]["recommendations"] if data["findings"] else []
+    expected_recs = exp.get("recommendations", [])
+    assert [(r["flag"], r["direction"]) for r in recs] == [(r["flag"], r["direction"]) for r in expected_recs]
+    for got, want in zip(recs, expected_recs):
+        if "value" in want:
+            if isinstance(want["value"], float):
+                assert got["value"] == pytest.approx(want["value"], abs=1e-9)
+            else:
+                assert got["value"] == want["value"]
+        else:
+            assert got["value"] is None
+
+
+@pytest.mark.parametrize("path", [p for p in CASES if "fires" in _expect(p) or "silent" in _expect(p)], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_rule_alone(path: Path) -> None:
+    exp = _expect(path)
+    rule_id = exp.get("fires") or exp.get("silent")
+    alone = [r for r in ALL_RULES if r.id == rule_id]
+    assert alone, f"no rule {rule_id}"
+    result = diagnose([str(path)], alone)
+    fired = {f.rule_id for f in result.findings}
+    if "fires" in exp:
+        assert rule_id in fired
+    else:
+        assert rule_id not in fired
+
+
+def test_every_rule_has_positive_and_negative_fixture() -> None:
+    for rule in ALL_RULES:
+        folder = FIXTURES / rule.id
+        names = [p.name for p in folder.glob("*.log*") if not p.name.endswith(".toml")]
+        assert any(n.startswith("pos_") for n in names), f"{rule.id}: no positive fixture"
+        assert any(n.startswith("neg_") for n in names), f"{rule.id}: no near-miss negative fixture"
+        assert (REPO / rule.docs["example"]).is_file(), f"{rule.id}: docs.example does not exist"
+
+
+def test_sglang_classes_have_three_positives_over_two_eras() -> None:
+    by_class: dict[str, list[Path]] = {}
+    for path in CASES:
+        exp = _expect(path)
+        if path.name.startswith("pos_") and exp["class"] not in ("none", "unknown_oom", "host_oom"):
+            by_class.setdefault(exp["class"], []).append(path)
+    for klass in ("startup_kv", "weights_dont_fit", "cuda_graph", "runtime_activation", "encoder_starvation", "foreign_process", "fragmentation", "kv_exhaustion"):
+        cases = by_class.get(klass, [])
+        assert len(cases) >= 3, f"{klass}: {len(cases)} positive fixtures"
+        years = {y for p in cases for y in ("2023", "2024", "2025", "2026") if y in p.read_bytes()[:4000].decode("latin-1") or y in p.name}
+        assert len(years) >= 2, f"{klass}: eras {years}"

@@ -1,0 +1,199 @@
+"""Bad input never makes a traceback; exit codes are the documented ones; output is deterministic."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+
+SEED = FIXTURES / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"
+
+
+def _one_error_line(err: str) -> str:
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_seed_text_report(run_cli) -> None:
+    res = run_cli("diagnose", str(SEED))
+    assert res.code == 3
+    assert "VERDICT: startup_kv" in res.out
+    assert "raise --mem-fraction-static from 0.7 to 0.85" in res.out
+    assert "-5.40 GiB" in res.out and "6.30 GiB" in res.out
+
+
+def test_json_is_byte_identical_across_runs(run_cli) -> None:
+    a = run_cli("diagnose", str(SEED), "--format", "json").out
+    b = run_cli("diagnose", str(SEED), "--format", "json").out
+    assert a == b
+    assert '"schema_version": 1' in a
+
+
+def test_output_file(run_cli, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    res = run_cli("diagnose", str(SEED), "--format", "json", "-o", str(out))
+    assert res.code == 3 and res.out == ""
+    assert '"startup_kv"' in out.read_text()
+
+
+def test_no_oom_exits_0(run_cli) -> None:
+    res = run_cli("diagnose", str(FIXTURES / "none" / "healthy_2026.log"), "--format", "json")
+    assert res.code == 0
+    d = res.json
+    assert d["verdict"]["class"] == "none"
+    # kv = 47.80 - (1 - 0.838) * 78.51 = 35.08 GiB; at the ~128 KiB/token the KV line implies that is
+    # SGLang's own 287375 tokens, up to the 2-decimal rounding of the logged sizes.
+    assert d["budget"]["kv_budget_bytes"] == pytest.approx(35.0814 * (1 << 30), rel=1e-4)
+    assert d["budget"]["kv_tokens"] == pytest.approx(287375, rel=1e-4)
+    assert d["budget"]["pre_bytes"] == round(78.51 * (1 << 30))
+
+
+@pytest.mark.parametrize("compress", [gzip.compress, bz2.compress, lzma.compress])
+def test_compressed_inputs_by_magic(run_cli, tmp_path: Path, compress) -> None:
+    p = tmp_path / "server.bin"  # no telling extension: sniffed by magic bytes
+    p.write_bytes(compress(SEED.read_bytes()))
+    res = run_cli("diagnose", str(p), "--format", "json")
+    assert res.code == 3 and res.json["verdict"]["class"] == "startup_kv"
+
+
+def test_stdin(run_cli) -> None:
+    res = run_cli("diagnose", "-", "--format", "json", input=SEED.read_bytes())
+    assert res.code == 3
+    assert res.json["inputs"][0]["path"] == "<stdin>"
+
+
+def test_directory_of_logs(run_cli, tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_bytes(SEED.read_bytes())
+    (tmp_path / "notes.pickle").write_bytes(b"\x80\x04")
+    res = run_cli("diagnose", str(tmp_path), "--format", "json")
+    assert res.code == 3 and len(res.json["inputs"]) == 1
+
+
+def test_empty_file(run_cli, tmp_path: Path) -> None:
+    p = tmp_path / "empty.log"
+    p.write_bytes(b"")
+    res = run_cli("diagnose", str(p))
+    assert res.code == 5
+    assert "empty input" in _one_error_line(res.err)
+
+
+def test_binary_file(run_cli, tmp_path: Path) -> None:
+    p = tmp_path / "core.log"
+    p.write_bytes(bytes(range(256)) * 400)
+    res = run_cli("diagnose", str(p))
+    assert res.code == 5
+    assert "binary" in _one_error_line(res.err)
+
+
+def test_missing_path(run_cli) -> None:
+    res = run_cli("diagnose", "/nonexistent/server.log")
+    assert res.code == 5
+    assert "no such file" in _one_error_line(res.err)
+
+
+def test_directory_without_logs(run_cli, tmp_path: Path) -> None:
+    (tmp_path / "x.pickle").write_bytes(b"1")
+    res = run_cli("diagnose", str(tmp_path))
+    assert res.code == 5
+    assert "holds no log files" in _one_error_line(res.err)
+
+
+def test_truncated_gzip_gives_partial_diagnosis(run_cli, tmp_path: Path) -> None:
+    data = gzip.compress(SEED.read_bytes() * 20)
+    p = tmp_path / "cut.log.gz"
+    p.write_bytes(data[: len(data) - 40])
+    res = run_cli("diagnose", str(p), "--format", "json")
+    assert res.code == 3
+    d = res.json
+    assert d["inputs"][0]["truncated"] is True
+    assert "truncated" in res.err
+    assert "Traceback" not in res.err
+
+
+def test_truncated_gzip_with_nothing_readable(run_cli, tmp_path: Path) -> None:
+    p = tmp_path / "cut.gz"
+    p.write_bytes(gzip.compress(b"x" * 1000)[:10])  # the header alone
+    res = run_cli("diagnose", str(p))
+    assert res.code == 5
+    _one_error_line(res.err)
+
+
+def test_non_utf8_and_nul_bytes(run_cli, tmp_path: Path) -> None:
+    p = tmp_path / "mixed.log"
+    p.write_bytes(b"\xff\xfe garbage \x00\x00\n" + SEED.read_bytes() + b"\n\xc3\x28 bad utf8\n")
+    res = run_cli("diagnose", str(p), "--format", "json")
+    assert res.code == 3 and res.json["verdict"]["class"] == "startup_kv"
+
+
+def test_50mb_single_line(run_cli, tmp_path: Path) -> None:
+    p = tmp_path / "huge.log"
+    with open(p, "wb") as fh:
+        fh.write(b"A" * (50 << 20))
+        fh.write(b"\n")
+        fh.write(SEED.read_bytes())
+    res = run_cli("diagnose", str(p), "--format", "json")
+    assert res.code == 3
+    d = res.json
+    assert d["inputs"][0]["long_lines"] == 1
+    assert d["findings"][0]["evidence"][0]["line"] == 5  # line numbers still count the long line
+
+
+def test_one_bad_input_among_good_ones(run_cli, tmp_path: Path) -> None:
+    res = run_cli("diagnose", str(SEED), str(tmp_path / "missing.log"), "--format", "json")
+    assert res.code == 3
+    assert "missing.log" in res.err
+
+
+def test_usage_error_exit_2(run_cli) -> None:
+    assert run_cli("diagnose").code == 2
+    assert run_cli("diagnose", str(SEED), "--format", "yaml").code == 2
+
+
+def test_restarts_make_incidents_and_the_last_is_the_verdict(run_cli, tmp_path: Path) -> None:
+    healthy = (FIXTURES / "sglang-startup-kv" / "neg_small_kv_started.log").read_bytes()
+    crash = SEED.read_bytes()
+    graph = (FIXTURES / "sglang-cuda-graph-oom" / "pos_capture_failed_2025.log").read_bytes()
+    p = tmp_path / "loop.log"
+    p.write_bytes(crash + healthy + graph)
+    d = run_cli("diagnose", str(p), "--format", "json").json
+    assert [(i["run"], i["class"]) for i in d["incidents"]] == [(1, "startup_kv"), (3, "cuda_graph")]
+    assert d["verdict"]["class"] == "cuda_graph"
+    n_crash = crash.count(b"\n")
+    assert d["incidents"][0]["first_line"] == 14
+    assert d["incidents"][1]["first_line"] > n_crash + healthy.count(b"\n")
+
+
+def _run_module(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "oomdoctor", *args], capture_output=True, text=True, cwd="/")
+
+
+def test_main_entry_exit_codes() -> None:
+    assert _run_module("diagnose", str(SEED)).returncode == 3
+    assert _run_module("diagnose", str(FIXTURES / "none" / "healthy_2026.log")).returncode == 0
+    r = _run_module("diagnose", "/nope")
+    assert r.returncode == 5 and r.stderr.startswith("oomdoctor: error:")
+    assert _run_module("--help").returncode == 0
+    assert "Exit codes" in _run_module("diagnose", "--help").stdout
+
+
+def test_diagnose_imports_neither_torch_nor_pynvml() -> None:
+    code = (
+        "import sys, runpy\n"
+        f"sys.argv = ['oomdoctor', 'diagnose', {str(SEED)!r}, '--format', 'json']\n"
+        "try:\n    runpy.run_module('oomdoctor', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'pynvml') if m in sys.modules]\n"
+        "sys.stderr.write('HEAVY=' + ','.join(heavy) + '\\n')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert "HEAVY=\n" in r.stderr
+    assert '"startup_kv"' in r.stdout

@@ -1,0 +1,49 @@
+"""The ordered prefix table: every wrapper people paste, with rank identity kept."""
+
+from __future__ import annotations
+
+import pytest
+
+from oomdoctor.prefixes import split_prefix, strip_ansi
+
+
+@pytest.mark.parametrize(
+    "raw, msg, rank",
+    [
+        ("[2025-07-02 07:41:58 DP0 TP0] Load weight end.", "Load weight end.", "DP0 TP0"),
+        ("[2025-11-04 05:27:13 DP0 TP0 EP0] x", "x", "DP0 TP0 EP0"),
+        ("[2026-05-05 04:41:51 DP2 PP0 ATTN_CP1 MOE_DP0 TP2 EP2] x", "x", "DP2 PP0 ATTN_CP1 MOE_DP0 TP2 EP2"),
+        ("[2025-10-30 08:58:23 PP3] x", "x", "PP3"),
+        ("[10:12:03 TP0] x", "x", "TP0"),
+        ("[03-02 10:00:41] x", "x", None),
+        ("[2026-05-15 09:09:21] INFO server_args.py:1217: Setting swa", "Setting swa", None),
+        ("sglang-1  | [2026-02-11 07:12:40 TP1] x", "x", "sglang-1/TP1"),
+        ("deepseek-v32-exp  | x", "x", None),
+        ("[2026-01-28T23:59:42Z] [2026-01-28 23:59:42 TP0] x", "x", "TP0"),
+        ("[2025-02-27T16:30:43.48675097Z] x", "x", None),
+        ("[rank3]:   File \"a.py\", line 1, in f", "  File \"a.py\", line 1, in f", "rank3"),
+        ("> [2025-07-02 07:41:58 TP0] x", "x", "TP0"),
+        ("(EngineCore_DP0 pid=1531) INFO 08-19 07:51:03 [core.py:396] x", "x", "DP0"),
+        ("(VllmWorker rank=3 pid=1090) ERROR 04-30 10:20:36 [v1/worker/gpu_worker.py:12] x", "x", "rank3"),
+        ("(Worker_TP0_EP0 pid=641) INFO 01-01 00:00:00 [a.py:1] x", "x", "TP0 EP0"),
+        ("(RayWorkerWrapper pid=1699, ip=192.168.223.79) INFO 01-01 00:00:00 a.py:1] x", "x", "pid1699"),
+        ("INFO 08-19 07:51:03 model_runner.py:732] x", "x", None),
+        ("2026-03-29 22:51:55,108 [WARNING] sglang_omni.x: y", "sglang_omni.x: y", None),
+        ("^[[0;36m[2025-07-02 07:41:58 TP0] x^[[0m", "x", "TP0"),
+        ("\x1b[32m[2025-07-02 07:41:58 TP0] x\x1b[0m", "x", "TP0"),
+        ("progress 10%\rprogress 50%\r[2025-07-02 07:41:58 TP0] x", "x", "TP0"),
+        ("Load weight end. no prefix", "Load weight end. no prefix", None),
+    ],
+)
+def test_split_prefix(raw: str, msg: str, rank: str | None) -> None:
+    s = split_prefix(raw)
+    assert s.msg == msg
+    assert s.rank == rank
+
+
+def test_table_row_is_not_a_docker_prefix() -> None:
+    assert split_prefix("Completed | 4/4").msg == "Completed | 4/4"
+
+
+def test_strip_ansi_both_forms() -> None:
+    assert strip_ansi("^[[0;31mERR^[[0m \x1b[1mB\x1b[0m") == "ERR B"

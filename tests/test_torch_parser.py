@@ -1,0 +1,141 @@
+"""The PyTorch OOM message in all its eras, wrappers and damage."""
+
+from __future__ import annotations
+
+from oomdoctor.evidence import Line, LineRef
+from oomdoctor.parsers.torch_oom import KIND_DRIVER_OOM, KIND_HOST_OOM, KIND_OOM, TorchParser, classify_frames, parse_oom_message
+from oomdoctor.units import GIB, MIB
+
+
+def feed(lines: list[str]) -> list:
+    p = TorchParser()
+    out = []
+    for i, text in enumerate(lines, 1):
+        out += p.feed(Line(LineRef("x", i, None, text), text))
+    return out + p.finish()
+
+
+ERA2 = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.31 GiB is free. "
+    "Process 12345 has 3.20 GiB memory in use. Including non-PyTorch memory, this process has 74.66 GiB memory in use. Of the allocated memory "
+    "70.12 GiB is allocated by PyTorch, with 1.05 GiB allocated in private pools (e.g., CUDA Graphs), and 2.47 GiB is reserved by PyTorch but "
+    "unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+)
+
+
+def test_era2_numbers() -> None:
+    v = parse_oom_message(ERA2)
+    assert v["era"] == 2
+    assert v["requested_bytes"] == 2 * GIB
+    assert v["capacity_bytes"] == round(79.19 * GIB)
+    assert v["free_bytes"] == round(1.31 * GIB)
+    assert v["allocated_bytes"] == round(70.12 * GIB)
+    assert v["private_pool_bytes"] == round(1.05 * GIB)
+    assert v["reserved_unallocated_bytes"] == round(2.47 * GIB)
+    procs = v["processes"]
+    assert [(p.pid, p.is_self) for p in procs] == [(12345, False), (None, True)]
+    assert procs[0].used_bytes == round(3.2 * GIB)
+    assert v["complete"]
+
+
+def test_self_clause_in_the_middle_and_no_comma_private_pool() -> None:
+    text = (
+        "CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 2.31 GiB is free. Process 1187 has 6.10 GiB "
+        "memory in use. Including non-PyTorch memory, this process has 61.02 GiB memory in use. Process 2231 has 9.70 GiB memory in use. Of the "
+        "allocated memory 58.40 GiB is allocated by PyTorch, with 1.10 GiB allocated in private pools (e.g. CUDA Graphs), and 912.00 MiB is reserved "
+        "by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True"
+    )
+    v = parse_oom_message(text)
+    assert [p.pid for p in v["processes"]] == [1187, None, 2231]
+    assert v["reserved_unallocated_bytes"] == 912 * MIB
+
+
+def test_era1_typo_capacty() -> None:
+    v = parse_oom_message("CUDA out of memory. Tried to allocate 138.00 MiB. GPU 0 has a total capacty of 15.90 GiB of which 8.44 MiB is free.")
+    assert v["era"] == 1
+    assert v["capacity_bytes"] == round(15.90 * GIB)
+
+
+def test_era0_and_npu() -> None:
+    v = parse_oom_message("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 79.15 GiB total capacity; 76.30 GiB already allocated; 18.69 MiB free; 77.90 GiB reserved in total by PyTorch)")
+    assert v["era"] == 0
+    assert v["reserved_unallocated_bytes"] == round(77.90 * GIB) - round(76.30 * GIB)
+    npu = parse_oom_message("NPU out of memory. Tried to allocate 2.00 GiB (NPU 3; 60.96 GiB total capacity; 50.12 GiB already allocated; 1.10 GiB free; 57.80 GiB reserved in total by PyTorch)")
+    assert npu["backend"] == "NPU" and npu["device"] == 3
+
+
+def test_wrappers() -> None:
+    assert parse_oom_message("OutOfMemoryError('CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.55 GiB of which 0.10 GiB is free.')")["wrapper"] == "repr"
+    events = feed(['{"error":{"message":"CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.55 GiB of which 0.10 GiB is free. See documentation for Memory Management"}}'])
+    assert events[0].kind == KIND_OOM and events[0].get("requested_bytes") == GIB
+    events = feed(["Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 320.00 MiB. GPU 0 has a total capacity of 79.19 GiB of which 208.31 MiB is free. See documentation for Memory Management"])
+    assert events[0].get("wrapper") == "cuda_graph_capture"
+    events = feed(["RuntimeError: Worker failed with error 'CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.55 GiB of which 0.10 GiB is free. See documentation for Memory Management', please check the stack trace above"])
+    assert events[0].get("wrapper") == "worker"
+
+
+def test_wrapped_message_is_joined() -> None:
+    events = feed([
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. GPU 0 has a total capac",
+        "ity of 22.05 GiB of which 2.17 GiB is free. Including non-PyTorch memory, this process has 19.8",
+        "7 GiB memory in use. Of the allocated memory 18.92 GiB is allocated by PyTorch, and 521.33 MiB is",
+        " reserved by PyTorch but unallocated.",
+    ])
+    assert len(events) == 1
+    e = events[0]
+    assert [r.line for r in e.refs] == [1, 2, 3, 4]
+    assert e.get("capacity_bytes") == round(22.05 * GIB)
+    assert e.get("processes")[0].used_bytes == round(19.87 * GIB)
+
+
+def test_truncated_message_still_an_oom() -> None:
+    events = feed(["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU"])
+    assert events[0].kind == KIND_OOM and events[0].get("requested_bytes") == 2 * GIB
+    assert not events[0].get("complete")
+
+
+def test_glued_to_tqdm_bar() -> None:
+    events = feed(["Capturing batches (bs=8 avail_mem=0.10 GB):  80%|████████  | 4/5 [00:01<00:00]torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of 23.55 GiB of which 12.00 MiB is free. See documentation for Memory Management"])
+    assert events[0].get("requested_bytes") == 64 * MIB
+
+
+def test_absurd_sizes_are_dropped_not_trusted() -> None:
+    v = parse_oom_message("CUDA out of memory. Tried to allocate 17179869184.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.00 GiB is free.")
+    assert "requested_bytes" not in v
+    assert v["capacity_bytes"] == round(79.19 * GIB)
+
+
+def test_driver_and_host_signatures() -> None:
+    kinds = [(e.kind, e.get("source")) for e in feed([
+        "RuntimeError: CUDA error: out of memory",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        "node1:1:2 [0] include/alloc.h:103 NCCL WARN Cuda failure 'out of memory'",
+        "CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:137",
+        "NVRM: GPU at PCI:0000:3b:00: Out of memory [NV_ERR_NO_MEMORY]",
+        "Out of memory: Killed process 5120 (python3) total-vm:1kB",
+        "RuntimeError: [enforce fail at alloc_cpu.cpp:114] DefaultCPUAllocator: can't allocate memory: you tried to allocate 1073741824 bytes.",
+    ])]
+    assert kinds == [
+        (KIND_DRIVER_OOM, "cuda_runtime"),
+        (KIND_DRIVER_OOM, "cublas"),
+        (KIND_DRIVER_OOM, "nccl"),
+        (KIND_DRIVER_OOM, "cumem_allocator"),
+        (KIND_DRIVER_OOM, "nvrm"),
+        (KIND_HOST_OOM, "kernel_oom_killer"),
+        (KIND_HOST_OOM, "cpu_allocator"),
+    ]
+
+
+def test_sglang_kv_allocator_message_is_not_a_torch_oom() -> None:
+    assert feed(["Prefill out of memory. Try to lower your batch size.", "Decode out of memory happened. #retracted_reqs: 1"]) == []
+
+
+def test_stage_from_frames() -> None:
+    assert classify_frames((("sglang/srt/model_executor/model_runner.py", "forward_extend"),))[0] == "forward"
+    assert classify_frames((("x/cuda_graph_runner.py", "replay"), ("x/model_runner.py", "forward_decode"))) == ("forward", "decode")
+    assert classify_frames((("x/cuda_graph_runner.py", "capture_one_batch_size"), ("x/llama.py", "forward")))[0] == "cuda_graph"
+    assert classify_frames((("x/loader.py", "load_weights"),))[0] == "weight_loading"
+    assert classify_frames((("x/memory_pool.py", "_create_buffers"),))[0] == "kv_pool"
+    assert classify_frames((("x/mm_utils.py", "general_mm_embed_routine"), ("x/qwen2.py", "forward")))[0] == "forward"
+    assert classify_frames((("x/mm_utils.py", "embed_mm_inputs"), ("x/qwen2_5_vl.py", "get_image_feature")))[0] == "encoder"
+    assert classify_frames(())[0] == "unknown"
