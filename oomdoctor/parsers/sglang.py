@@ -141,7 +141,7 @@ _SIMPLE: tuple[tuple[str, re.Pattern[str]], ...] = (
     (KIND_KV_ALLOC_DETAIL, re.compile(r"^\s*(?:Try to allocate (?P<want>\d+) tokens|Available (?:full )?tokens: (?P<avail>\d+))")),
     (
         KIND_REQ_SLOTS_FAIL,
-        re.compile(r"alloc_req_slots runs out of memory.*?(?:available_size\(\)=(?P<avail>\d+), num_reqs=(?P<reqs>\d+))?"),
+        re.compile(r"alloc_req_slots runs out of memory(?:.*?available_size\(\)=(?P<avail>\d+), num_reqs=(?P<reqs>\d+))?"),
     ),
     (KIND_REQ_SLOTS_FAIL, re.compile(r"No space left for only one request")),
     (KIND_SCHED_EXC, re.compile(r"(?P<who>Scheduler|DataParallelController|TpModelWorkerClient|DetokenizerManager) hit an exception")),
@@ -354,11 +354,9 @@ class SGLangParser:
                 return {"requested_tokens": int(m.group("want"))}
             return {"available_tokens": int(m.group("avail"))}
         if kind == KIND_REQ_SLOTS_FAIL:
-            values = {}
-            if m.groups() and m.lastindex:
-                if m.groupdict().get("avail"):
-                    values = {"available_slots": int(m.group("avail")), "requested_slots": int(m.group("reqs"))}
-            return values
+            if m.groupdict().get("avail"):
+                return {"available_slots": int(m.group("avail")), "requested_slots": int(m.group("reqs"))}
+            return {}
         if kind == KIND_SCHED_EXC:
             return {"who": m.group("who")}
         if kind == KIND_STRAGGLER:

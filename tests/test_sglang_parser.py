@@ -1,0 +1,131 @@
+"""SGLang lines of every era (log_formats.md §1) to events with the right numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from oomdoctor.evidence import Line, LineRef
+from oomdoctor.parsers import sglang as sg
+from oomdoctor.units import GIB
+
+
+def parse(texts: list[str], ts: str | None = "t") -> list:
+    p = sg.SGLangParser()
+    out = []
+    for i, t in enumerate(texts, 1):
+        out += p.feed(Line(LineRef("x", i), t, ts=ts if i == 1 else None))
+    return out + p.finish()
+
+
+def one(text: str):
+    events = parse([text])
+    assert len(events) == 1, events
+    return events[0]
+
+
+def g(x: float) -> int:
+    return round(x * GIB)
+
+
+@pytest.mark.parametrize(
+    "text, avail, usage, era",
+    [
+        ("Load weight end. type=LlamaForCausalLM, dtype=torch.float16, avail mem=8.21 GB", 8.21, None, "V-a/b"),
+        ("Load weight end. type=Qwen3ForCausalLM, dtype=torch.bfloat16, avail mem=17.11 GB, mem usage=61.40 GB.", 17.11, 61.40, "V-a/b"),
+        ("Load weight end. elapsed=34.90 s, type=Qwen3ForCausalLM, dtype=torch.bfloat16, avail mem=47.80 GB, mem usage=30.71 GB.", 47.80, 30.71, "V-c/d"),
+        ("Load weight end. elapsed=392.11 s, type=DeepseekV4ForCausalLM, quant=fp8, fmt=e4m3, avail mem=109.20 GB, mem usage=73.43 GB.", 109.20, 73.43, "V-c/d"),
+        ("Load weight end. elapsed=1.00 s, type=Qwen4ExpForCausalLMMTP, avail mem=50.00 GB, mem usage=-1.86 GB.", 50.0, -1.86, "V-c/d"),
+    ],
+)
+def test_load_weight_end_eras(text: str, avail: float, usage: float | None, era: str) -> None:
+    e = one(text)
+    assert e.kind == sg.KIND_LOAD_END
+    assert e.get("avail_bytes") == g(avail)
+    assert e.get("mem_usage_bytes") == (g(usage) if usage is not None else None)
+    assert e.get("era") == era
+
+
+@pytest.mark.parametrize(
+    "text, tokens, kv, layout",
+    [
+        ("KV Cache is allocated. K size: 27.13 GB, V size: 27.13 GB.", None, 54.26, "mha"),
+        ("KV Cache is allocated. #tokens: 287375, K size: 17.54 GB, V size: 17.54 GB", 287375, 35.08, "mha"),
+        ("KV Cache is allocated. #tokens: 512000, KV size: 33.44 GB", 512000, 33.44, "mla"),
+        ("KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1230000, K size: 18.77 GB, V size: 18.77 GB", 1230000, 37.54, "mha"),
+    ],
+)
+def test_kv_allocated_forms(text: str, tokens: int | None, kv: float, layout: str) -> None:
+    e = one(text)
+    assert e.kind == sg.KIND_KV_ALLOCATED
+    assert e.get("tokens") == tokens
+    assert e.get("kv_bytes") == pytest.approx(g(kv), abs=2)
+    assert e.get("layout") == layout
+
+
+def test_graph_lines_of_three_eras() -> None:
+    assert one("Capture cuda graph begin. This can take up to several minutes.").kind == sg.KIND_GRAPH_BEGIN
+    e = one("Capture cuda graph end. Time elapsed: 21.34 s. mem usage=1.10 GB. avail mem=10.85 GB.")
+    assert (e.kind, e.get("mem_usage_bytes"), e.get("avail_bytes")) == (sg.KIND_GRAPH_END, g(1.10), g(10.85))
+    e = one("Capture target decode CUDA graph end. elapsed=2.58 s, mem usage=0.45 GB, avail mem=72.65 GB.")
+    assert (e.kind, e.get("role"), e.get("phase"), e.get("avail_bytes")) == (sg.KIND_GRAPH_END, "target", "decode", g(72.65))
+    e = one("Capture draft cuda graph begin. This can take up to several minutes. avail mem=20.00 GB")
+    assert e.kind == sg.KIND_GRAPH_BEGIN and e.get("avail_bytes") == g(20)
+    e = one("Capturing batches (bs=24 avail_mem=4.00 GB):  30%|###       | 3/10")
+    assert (e.kind, e.get("bs")) == (sg.KIND_GRAPH_BAR, 24)
+
+
+def test_summary_forms() -> None:
+    old = one("max_total_num_tokens=444500, max_prefill_tokens=16384, max_running_requests=2049, context_len=131072")
+    assert old.get("max_total_num_tokens") == 444500 and "available_gpu_mem_bytes" not in old.values
+    new = one("max_total_num_tokens=287375, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=3592, context_len=40960, available_gpu_mem=10.85 GB")
+    assert new.get("chunked_prefill_size") == 8192 and new.get("available_gpu_mem_bytes") == g(10.85)
+
+
+@pytest.mark.parametrize(
+    "text, kind, key, value",
+    [
+        ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", sg.KIND_NOT_ENOUGH, "mem_fraction_static", None),
+        ("Not enough memory. Please try to increase --mem-fraction-static. Current value: self.server_args.mem_fraction_static=0.805", sg.KIND_NOT_ENOUGH, "mem_fraction_static", 0.805),
+        ("Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.7", sg.KIND_NOT_ENOUGH, "mem_fraction_static", 0.7),
+        ("ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.94. Raise --mem-fraction-static above 0.942 (minimum viable = 1 - available/pre = 0.9411).", sg.KIND_NO_KV, "suggested_mem_fraction_static", 0.942),
+        ("max_total_tokens=100000 is larger than the profiled value -2048. Use the profiled value instead.", sg.KIND_PROFILED_NEGATIVE, "profiled_tokens", -2048),
+        ("Memory profiling: available_gpu_memory=18.00 GB, total_gpu_memory=78.00 GB, mem_fraction_static=0.70, rest_memory=-5.40 GB", sg.KIND_LEGACY_PROFILE, "rest_bytes", g(-5.40)),
+        ("decode out of memory happened, #retracted_reqs: 3, #new_token_ratio: 0.1 -> 0.2", sg.KIND_RETRACT, "retracted_reqs", 3),
+        ("Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: 0.1 -> 0.2", sg.KIND_RETRACT, "retracted_reqs", 1),
+        ("KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_tokens_gained: 646, #new_token_ratio: 0.0980 -> 0.3487", sg.KIND_RETRACT, "retracted_reqs", 2),
+        ("alloc_req_slots runs out of memory. Please set a smaller number for `--max-running-requests`. req_to_token_pool.available_size()=4, num_reqs=1, ", sg.KIND_REQ_SLOTS_FAIL, "available_slots", 4),
+        ("Capture cuda graph failed: CUDA out of memory. Tried to allocate 1.00 GiB.", sg.KIND_CAPTURE_FAILED, "is_oom", True),
+        ("Capture cuda graph failed: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", sg.KIND_CAPTURE_FAILED, "is_oom", True),
+        ("Capture cuda graph failed: invalid argument (custom_all_reduce)", sg.KIND_CAPTURE_FAILED, "is_oom", False),
+        ("auto mem_fraction_static 0.124 minus encoder_mem_reserve 0.050 = 0.074 is below the safe floor 0.1; lower encoder_mem_reserve or pin --mem-fraction-static explicitly.", sg.KIND_OMNI_FLOOR, "result", 0.074),
+    ],
+)
+def test_messages(text: str, kind: str, key: str, value) -> None:
+    e = one(text)
+    assert e.kind == kind
+    assert e.get(key) == value
+
+
+def test_unbalanced_with_numbers() -> None:
+    e = one("The memory capacity is unbalanced. Some GPUs may be occupied by other processes. min_per_gpu_memory=61.12, local_gpu_memory=75.03, local_gpu_memory * 0.9=67.527")
+    assert e.kind == sg.KIND_UNBALANCED and e.get("min_free_bytes") == g(61.12) and e.get("local_free_bytes") == g(75.03)
+
+
+def test_server_args_both_graph_spellings() -> None:
+    old = one("server_args=ServerArgs(model_path='m', cuda_graph_max_bs=160, mem_fraction_static=0.88)")
+    assert old.get("cuda_graph_max_bs") == 160 and not old.get("_has_cuda_graph_max_bs_decode")
+    new = one("server_args=ServerArgs(model_path='m', cuda_graph_max_bs_decode=512, mem_fraction_static=0.88)")
+    assert new.get("cuda_graph_max_bs_decode") == 512 and new.get("_has_cuda_graph_max_bs_decode")
+
+
+def test_hard_wrapped_server_args_are_joined() -> None:
+    events = parse(["server_args=ServerArgs(model_path='m', mem_fraction_static=0.8, enab", "le_priority_scheduling=False, chunked_prefill_s", "ize=4096, tp_size=2)"])
+    assert len(events) == 1
+    e = events[0]
+    assert [r.line for r in e.refs] == [1, 2, 3]
+    assert (e.get("chunked_prefill_size"), e.get("tp_size"), e.get("mem_fraction_static")) == (4096, 2, 0.8)
+
+
+def test_omni_stage_lines() -> None:
+    e = one("sglang_ar_startup stage=thinker gpu_id=0 tp_rank=0/1 context_length=8192 total_gpu_memory_fraction=None effective_total_gpu_memory_fraction=None mem_fraction_static=0.824 encoder_mem_reserve=0.05 pre_load_avail_mem=78.4 pid=41233 pre_load_process_mem=0.52GiB")
+    assert (e.get("step"), e.get("stage"), e.get("mem_fraction_static"), e.get("encoder_mem_reserve"), e.get("pre_load_avail_mem")) == ("startup", "thinker", 0.824, 0.05, 78.4)
