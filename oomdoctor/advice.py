@@ -13,6 +13,7 @@ from typing import Any, Callable
 from oomdoctor import budget
 from oomdoctor.budget import Step
 from oomdoctor.facts import Facts
+from oomdoctor.parsers import vllm as vl
 from oomdoctor.units import GIB, ceil_to, floor_to, format_bytes
 
 
@@ -128,6 +129,10 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
     return [Recommendation("--mem-fraction-static", choice, "raise", why, current=mfs, derivation=tuple(steps))]
 
 
+def _tp_flag(f: Facts) -> str:
+    return "--tensor-parallel-size" if f.get("system") == "vllm" else "--tp-size"
+
+
 @recommender("scale-out-weights")
 def scale_out_weights(f: Facts) -> list[Recommendation]:
     """weights_dont_fit: more tensor parallelism, or quantized weights."""
@@ -139,8 +144,18 @@ def scale_out_weights(f: Facts) -> list[Recommendation]:
         share = weights / pre
         steps = (Step("weights' share of pre-load free memory", f"{_g(weights)} / {_g(pre)}", round(share, 4)),)
         why = f"The weights take {share:.0%} of the memory free before loading ({_g(weights)} of {_g(pre)}); doubling TP halves the per-GPU share."
+    if f.get("system") == "torch":
+        return [
+            Recommendation(
+                "torch_dtype",
+                "bfloat16",
+                "set",
+                why.replace("doubling TP halves the per-GPU share", "load in bf16 or a quantized format, or shard with device_map / FSDP"),
+                derivation=steps,
+            )
+        ]
     return [
-        Recommendation("--tp-size", tp * 2, "raise", why, current=tp, derivation=steps),
+        Recommendation(_tp_flag(f), tp * 2, "raise", why, current=tp, derivation=steps),
         Recommendation(
             "--quantization",
             "fp8",
@@ -157,7 +172,7 @@ def kv_cache_fp8(f: Facts) -> list[Recommendation]:
     return [
         Recommendation(
             "--kv-cache-dtype",
-            "fp8_e4m3",
+            "fp8" if f.get("system") == "vllm" else "fp8_e4m3",
             "set",
             "An FP8 KV cache holds twice the tokens in the same memory, so a smaller KV budget still serves full-length requests.",
             current=f.get("kv_cache_dtype"),
@@ -345,6 +360,258 @@ def reserve_encoder_memory(f: Facts) -> list[Recommendation]:
             None,
             "lower",
             "Cap image/video size per request (fewer pixels or frames) so one encoder batch fits; a smaller embedding cache frees room too.",
+        )
+    )
+    return recs
+
+
+# --- vLLM --------------------------------------------------------------------------------------------
+
+
+def _vllm_need(f: Facts) -> tuple[int | None, list[Step]]:
+    need = f.get("kv_needed_bytes")
+    if need is not None:
+        return need, [Step("KV for one max-length request (vLLM's own figure)", f"max seq len {f.get('max_model_len')}", need)]
+    cell, length = f.get("cell_bytes"), f.get("max_model_len")
+    if cell and length:
+        return cell * length, [Step("KV for one max-length request", f"{length} tokens * {cell} bytes/token", cell * length)]
+    floor = budget.DEFAULT_KV_FLOOR_BYTES
+    return floor, [Step("KV for one request (assumed)", "1 GiB: the log gives no per-token KV size", floor)]
+
+
+@recommender("vllm-raise-gpu-memory-utilization")
+def vllm_raise_util(f: Facts) -> list[Recommendation]:
+    """startup_kv on vLLM: the u whose budget holds non-KV memory plus one max-length request."""
+    util, total, non_kv = f.get("gpu_memory_utilization"), f.get("capacity_bytes"), f.get("non_kv_bytes")
+    need, steps = _vllm_need(f)
+    if not total or non_kv is None or need is None:
+        return [
+            Recommendation(
+                "--gpu-memory-utilization",
+                None,
+                "raise",
+                "The KV budget u*total - (weights + activations + non-torch) could not hold one request; raise u. The log lacks the profile numbers to compute the value.",
+                current=util,
+            )
+        ]
+    steps = [
+        Step("total GPU memory", "from vLLM's profile / startup check / OOM message", total),
+        *f.derivations.get("non_kv_bytes", budget.Derived(non_kv, (Step("non-KV memory (weights + activation peak + non-torch)", "vLLM profile", non_kv),))).steps,
+        *steps,
+    ]
+    if util is not None:
+        steps.extend(budget.vllm_kv_derivation(total, util, non_kv).steps)
+    needed = budget.vllm_util_for_kv(total, non_kv, need)
+    steps.extend(needed.steps)
+    cap = f.get("max_safe_util")
+    if cap is not None:
+        steps.extend(f.derivations["max_safe_util"].steps)
+    if cap is not None and needed.value > cap:
+        return []
+    at_new = budget.vllm_kv_budget_bytes(total, needed.value, non_kv)
+    steps.append(Step(f"KV budget at u={needed.value:g}", f"{needed.value:g} * {_g(total)} - {_g(non_kv)}", at_new))
+    why = (
+        f"One request of {f.get('max_model_len')} tokens needs {_g(need)} of KV but the budget at u={util} holds {_g(f.get('kv_budget_bytes'))}. "
+        f"u is a fraction of the whole GPU for weights, activations and KV together; at u={needed.value:g} the KV budget is {_g(at_new)}."
+    )
+    return [Recommendation("--gpu-memory-utilization", needed.value, "raise", why, current=util, derivation=tuple(steps))]
+
+
+@recommender("vllm-lower-max-model-len")
+def vllm_lower_max_model_len(f: Facts) -> list[Recommendation]:
+    """startup_kv on vLLM: the longest context the current KV budget holds."""
+    length, estimate, kv, cell = f.get("max_model_len"), f.get("estimated_max_len"), f.get("kv_budget_bytes"), f.get("cell_bytes")
+    capacity_tokens = f.get("kv_capacity_tokens")
+    steps: list[Step] = []
+    if estimate:
+        raw = estimate
+        steps.append(Step("vLLM's estimate of the longest context that fits", "Based on the available memory ...", estimate))
+    elif capacity_tokens and (not length or capacity_tokens < length):
+        raw = capacity_tokens
+        steps.append(Step("tokens the KV cache holds (vLLM's figure)", "maximum number of tokens that can be stored in KV cache", capacity_tokens))
+    elif kv and cell and kv > 0:
+        raw = budget.vllm_max_model_len(kv, cell, f.get("block_size") or 16)
+        steps.append(Step("tokens the KV budget holds", f"{_g(kv)} / {cell} bytes per token, whole blocks", raw))
+    else:
+        if f.get("startup_kv_error_kind") == vl.KIND_NO_CACHE_BLOCKS:
+            return []
+        return [Recommendation("--max-model-len", None, "lower", "A shorter maximum context needs less KV for one request.", current=length)]
+    value = (raw // 1024) * 1024 if raw >= 2048 else raw
+    steps.append(Step("rounded down to a multiple of 1024", f"{raw} -> {value}", value))
+    if not value:
+        return []
+    why = f"Keep u and serve at most {value} tokens per request: the current KV budget holds one request of that length."
+    return [Recommendation("--max-model-len", value, "lower", why, current=length, derivation=tuple(steps))]
+
+
+@recommender("vllm-util-for-free-memory")
+def vllm_util_for_free_memory(f: Facts) -> list[Recommendation]:
+    """The startup check refused u*total: the largest u that fits what is free, and what the gap means."""
+    util, total, free, deficit = f.get("gpu_memory_utilization"), f.get("capacity_bytes"), f.get("free_at_start_bytes"), f.get("startup_free_deficit_bytes")
+    if not total or free is None or util is None:
+        return []
+    safe = budget.vllm_max_safe_util(free, total)
+    steps = [
+        Step("requested u*total", f"{util:g} * {_g(total)}", f.get("requested_budget_bytes")),
+        Step("free on the device at startup", "Free memory on device (free/total)", free),
+        Step("shortfall", "requested - free", deficit),
+        *safe.steps,
+    ]
+    if deficit is not None and deficit < 256 * 1024 * 1024:
+        value = floor_to(util - 0.01, 0.01)
+        why = (
+            f"The GPU is only {_g(deficit)} short of u*total: tens of MB is what a PyTorch/vLLM accounting regression over-counts, "
+            f"not a foreign process. Lowering u by one step to {value:g} passes the check."
+        )
+        steps.append(Step("one step lower", f"{util:g} - 0.01", value))
+    else:
+        value = safe.value
+        why = (
+            f"Something else holds about {_g(deficit)} on this GPU. Freeing it is the fix; until then u={value:g} fits the free memory "
+            "(the KV pool shrinks by the same amount, and the other process can still grow into it)."
+        )
+    if value <= 0:
+        return []
+    return [Recommendation("--gpu-memory-utilization", value, "lower", why, current=util, derivation=tuple(steps))]
+
+
+@recommender("vllm-lower-gpu-memory-utilization")
+def vllm_lower_util(f: Facts) -> list[Recommendation]:
+    """runtime OOMs on vLLM: leave the shortfall plus one more allocation outside u*total."""
+    util, total, requested, free = f.get("gpu_memory_utilization"), f.get("capacity_bytes"), f.get("requested_bytes"), f.get("free_bytes")
+    if util is None or not total or requested is None or free is None:
+        return [
+            Recommendation(
+                "--gpu-memory-utilization",
+                None,
+                "lower",
+                "Leave more of the GPU outside vLLM's budget for activations and graphs; the log lacks the numbers to compute by how much.",
+                current=util,
+            )
+        ]
+    shortfall = max(requested - free, 0)
+    margin = budget.runtime_margin_bytes(requested)
+    lowered = budget.vllm_lowered_util(util, total, shortfall, margin)
+    why = (
+        f"An allocation of {_g(requested)} failed with {_g(free)} free: what vLLM leaves outside u*total was too small. "
+        f"u={lowered.value:g} leaves {_g(shortfall + margin)} more."
+    )
+    steps = (Step("requested", "Tried to allocate", requested), Step("free", "of which ... is free", free), *lowered.steps)
+    return [Recommendation("--gpu-memory-utilization", lowered.value, "lower", why, current=util, derivation=steps)]
+
+
+def _halve(f: Facts, fact: str, flag: str, why: str, default_hint: int | None = None) -> list[Recommendation]:
+    current = f.get(fact)
+    if current is None:
+        return [Recommendation(flag, default_hint, "lower" if default_hint is None else "set", why, current=None)]
+    value = max(current // 2, 1)
+    return [Recommendation(flag, value, "lower", why, current=current, derivation=(Step("halved", f"{current} // 2", value),))]
+
+
+@recommender("vllm-lower-max-num-batched-tokens")
+def vllm_lower_batched_tokens(f: Facts) -> list[Recommendation]:
+    if f.get("oom_phase") == "decode":
+        return []
+    return _halve(f, "max_num_batched_tokens", "--max-num-batched-tokens", "Prefill (and vLLM's profile run) activations grow with the tokens batched per step.", 2048)
+
+
+@recommender("vllm-lower-max-num-seqs")
+def vllm_lower_max_num_seqs(f: Facts) -> list[Recommendation]:
+    if f.get("oom_phase") in ("prefill", "profile"):
+        return []
+    return _halve(f, "max_num_seqs", "--max-num-seqs", "Fewer sequences per step need less decode activation memory, and fewer CUDA graph batch sizes are captured.")
+
+
+@recommender("vllm-cuda-graph")
+def vllm_cuda_graph(f: Facts) -> list[Recommendation]:
+    """cuda_graph on vLLM: capture fewer sizes, or run eager."""
+    recs: list[Recommendation] = []
+    largest = f.get("max_capture_size")
+    if largest:
+        value = budget.round_down_multiple(largest / 2, 8) if largest >= 16 else max(largest // 2, 1)
+        recs.append(
+            Recommendation(
+                "--max-num-seqs",
+                value,
+                "lower",
+                f"vLLM captures graphs up to batch size {largest}; capping the batch at {value} captures half as many sizes.",
+                current=f.get("max_num_seqs"),
+                derivation=(Step("half the largest capture size (multiple of 8)", f"{largest} / 2", value),),
+            )
+        )
+    else:
+        recs.extend(_halve(f, "max_num_seqs", "--max-num-seqs", "Capture sizes follow max_num_seqs; fewer sizes need less graph memory."))
+    recs.append(
+        Recommendation(
+            "--enforce-eager",
+            True,
+            "set",
+            "Skips CUDA graph capture altogether (the 1-3 GiB of graph memory per GPU vLLM warns about), at a decode-speed cost.",
+            current=f.get("enforce_eager"),
+        )
+    )
+    return recs
+
+
+@recommender("vllm-encoder-limits")
+def vllm_encoder_limits(f: Facts) -> list[Recommendation]:
+    return [
+        Recommendation(
+            "--limit-mm-per-prompt",
+            '{"image": 1}',
+            "set",
+            "vLLM sizes the encoder's profile run by the most images/videos a prompt may carry; fewer per prompt need less encoder memory.",
+        ),
+        Recommendation(
+            "--mm-processor-kwargs",
+            '{"max_pixels": 1003520}',
+            "set",
+            "Caps the pixels per image (Qwen-VL style processors), which bounds the vision tower's activations.",
+        ),
+        *vllm_lower_max_num_seqs(f),
+    ]
+
+
+# --- plain PyTorch scripts ------------------------------------------------------------------------------
+
+
+@recommender("script-memory")
+def script_memory(f: Facts) -> list[Recommendation]:
+    """An activation/batch OOM in a training or inference script."""
+    requested, free, allocated = f.get("requested_bytes"), f.get("free_bytes"), f.get("allocated_bytes")
+    recs: list[Recommendation] = []
+    if requested is not None and free is not None and allocated:
+        shortfall = max(requested - free, 0)
+        keep = max(0.0, 1 - (shortfall + budget.runtime_margin_bytes(requested)) / allocated)
+        scale = floor_to(keep, 0.05)
+        recs.append(
+            Recommendation(
+                "batch_size",
+                None,
+                "lower",
+                f"Activations scale with the batch; at most about {scale:.0%} of the current batch fits (the allocation lacked {_g(shortfall)}).",
+                derivation=(
+                    Step("shortfall plus one more such allocation", f"{_g(requested)} - {_g(free)} + margin", shortfall + budget.runtime_margin_bytes(requested)),
+                    Step("share of allocated memory to keep", f"1 - that / allocated {_g(allocated)}, rounded down to 0.05", scale),
+                ),
+            )
+        )
+    else:
+        recs.append(Recommendation("batch_size", None, "lower", "Activations scale with the batch size; halve it."))
+    recs.append(
+        Recommendation(
+            "gradient_checkpointing",
+            True,
+            "set",
+            "Activation checkpointing recomputes activations in the backward pass instead of keeping them (training only).",
+        )
+    )
+    recs.append(
+        Recommendation(
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "expandable_segments:True",
+            "set",
+            "Cheap to try first: it removes the fragmentation share of the peak (PYTORCH_ALLOC_CONF in newer torch).",
         )
     )
     return recs

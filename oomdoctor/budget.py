@@ -281,3 +281,73 @@ __all__ = [
     "choose_in_window",
     "floor_to",
 ]
+
+
+# --- vLLM: --gpu-memory-utilization is a fraction of *total* memory ----------------------------------
+
+# Room kept on top of a computed need, so that run-to-run noise in the profile does not bring the
+# same error back.
+VLLM_MARGIN_BYTES = 512 * MIB
+
+
+def vllm_kv_budget_bytes(total_bytes: int, util: float, non_kv_bytes: int) -> int:
+    """vLLM's KV budget: u*total - (weights + activation peak + non-torch [+ graphs])."""
+    return round(total_bytes * util) - non_kv_bytes
+
+
+def vllm_kv_derivation(total_bytes: int, util: float, non_kv_bytes: int) -> Derived:
+    kv = vllm_kv_budget_bytes(total_bytes, util, non_kv_bytes)
+    return Derived(
+        kv,
+        (
+            Step(f"instance budget u*total at u={util:g}", f"{util:g} * {_g(total_bytes)}", round(total_bytes * util)),
+            Step(f"KV budget at u={util:g}", f"{util:g} * {_g(total_bytes)} - non-KV {_g(non_kv_bytes)} = {_g(kv)}", kv),
+        ),
+    )
+
+
+def vllm_util_for_kv(total_bytes: int, non_kv_bytes: int, kv_needed_bytes: int, margin_bytes: int = VLLM_MARGIN_BYTES) -> Derived:
+    """The u whose budget holds the non-KV memory plus kv_needed, rounded up to 0.01."""
+    raw = (non_kv_bytes + kv_needed_bytes + margin_bytes) / total_bytes
+    value = ceil_to(raw, 0.01)
+    return Derived(
+        value,
+        (
+            Step(
+                "u that holds non-KV memory + one request's KV + margin",
+                f"({_g(non_kv_bytes)} + {_g(kv_needed_bytes)} + {_g(margin_bytes)}) / {_g(total_bytes)} = {raw:.4f}, rounded up",
+                value,
+            ),
+        ),
+    )
+
+
+def vllm_max_safe_util(free_at_start_bytes: int, total_bytes: int, margin_bytes: int = VLLM_MARGIN_BYTES) -> Derived:
+    """The largest u vLLM's startup check accepts on this GPU now: (free - margin)/total, rounded down."""
+    raw = (free_at_start_bytes - margin_bytes) / total_bytes
+    value = floor_to(raw, 0.01)
+    return Derived(
+        value,
+        (Step("largest u the free memory allows", f"({_g(free_at_start_bytes)} - {_g(margin_bytes)}) / {_g(total_bytes)} = {raw:.4f}, rounded down", value),),
+    )
+
+
+def vllm_max_model_len(kv_bytes: int, cell_bytes: int, block_size: int = 16) -> int:
+    """Tokens one request can hold in a KV budget, rounded down to a whole block."""
+    if cell_bytes <= 0 or kv_bytes <= 0:
+        return 0
+    return (kv_bytes // cell_bytes) // block_size * block_size
+
+
+def vllm_lowered_util(util: float, total_bytes: int, shortfall_bytes: int, margin_bytes: int) -> Derived:
+    """u lowered so (1-u)*total grows by the shortfall plus a margin, rounded down to 0.01."""
+    freed = shortfall_bytes + margin_bytes
+    raw = util - freed / total_bytes
+    value = floor_to(raw, 0.01)
+    return Derived(
+        value,
+        (
+            Step("memory to leave outside the instance budget", f"shortfall {_g(shortfall_bytes)} + margin {_g(margin_bytes)}", freed),
+            Step("lowered u", f"{util:g} - {_g(freed)} / {_g(total_bytes)} = {raw:.4f}, rounded down", value),
+        ),
+    )

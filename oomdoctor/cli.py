@@ -54,11 +54,12 @@ def _load_rules(rules_dirs: tuple[str, ...]):
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format.")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), help="Write the report to this file instead of stdout.")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(), help="Extra directory of *.toml rules (repeatable).")
-def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, rules_dirs: tuple[str, ...]) -> None:
+@click.option("--system", type=click.Choice(["auto", "sglang", "vllm", "torch"]), default="auto", show_default=True, help="Override the serving system detected from the log.")
+def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, rules_dirs: tuple[str, ...], system: str) -> None:
     from oomdoctor.diagnosis import diagnose as run_diagnosis
 
     rules = _load_rules(rules_dirs)
-    result = run_diagnosis(list(paths), rules)
+    result = run_diagnosis(list(paths), rules, system=None if system == "auto" else system)
     if fmt == "json":
         from oomdoctor.render import json_out as renderer
     else:

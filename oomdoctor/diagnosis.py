@@ -18,11 +18,13 @@ from oomdoctor.gpus import smallest_card_holding
 from oomdoctor.inputs import InputStats, expand_paths, iter_line_chunks
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
+from oomdoctor.parsers import vllm as vl
 from oomdoctor.rule_engine import Rule, evaluate
 from oomdoctor.runs import split_runs
 from oomdoctor.scan import scan_lines
 
-ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + tt.ANCHORS))
+ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS))
+SYSTEMS = ("sglang", "vllm", "torch")
 _FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
 
 
@@ -76,13 +78,21 @@ class Diagnosis:
 
 def read_events(path: str, stats: InputStats) -> list[Event]:
     """Scan one input and run every parser over its lines; pure apart from reading the input."""
-    parsers = (sg.SGLangParser(), tt.TorchParser())
+    parsers = (sg.SGLangParser(), vl.VLLMParser(), tt.TorchParser())
     events: list[Event] = []
     counter = [0]
     uncited: set[int] = set()
     display = "<stdin>" if path == "-" else path
     for line in scan_lines(iter_line_chunks(path, stats), display, ANCHORS, counter):
-        if line.anchored and not line.msg.lstrip().startswith(_FRAME_PREFIXES):
+        if line.system:
+            stats.system_hints[line.system] = stats.system_hints.get(line.system, 0) + 1
+        # Traceback frames and their indented source lines are context, not unparsed evidence.
+        if (
+            line.anchored
+            and not line.msg.startswith("    ")
+            and not line.msg.lstrip().startswith(_FRAME_PREFIXES)
+            and "Traceback (most recent call last)" not in line.msg
+        ):
             uncited.add(line.ref.line)
         for parser in parsers:
             new = parser.feed(line)
@@ -263,7 +273,7 @@ def _autotune_view(facts: Facts) -> budget.Derived | None:
     return budget.Derived(auto.value, tuple(assumed) + (budget.Step("auto-tune era", "from the log's line formats", era),) + auto.steps)
 
 
-def diagnose(paths: list[str], rules: list[Rule]) -> Diagnosis:
+def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> Diagnosis:
     """Read every input, find the incidents, and return the diagnosis; InputError if nothing was readable."""
     found, errors = expand_paths(paths)
     stats_list: list[InputStats] = []
@@ -281,9 +291,15 @@ def diagnose(paths: list[str], rules: list[Rule]) -> Diagnosis:
     for message in errors:
         stats_list[0].warn(message)
     runs = split_runs(per_input)
+    hints: dict[str, int] = {}
+    for s in stats_list:
+        for name, count in s.system_hints.items():
+            hints[name] = hints.get(name, 0) + count
+    # When no event names the system (an OOM traceback alone), the line prefixes' style decides.
+    hint = max(sorted(hints), key=lambda k: hints[k]) if hints else None
     incidents: list[Incident] = []
     for run in runs:
-        facts = build_facts(run)
+        facts = build_facts(run, system=system, hint=hint)
         if facts is not None:
             incidents.append(evaluate_incident(facts, rules))
     if incidents:
@@ -305,7 +321,7 @@ def diagnose(paths: list[str], rules: list[Rule]) -> Diagnosis:
             inputs=stats_list,
             facts=last.facts,
         )
-    last_facts = build_facts(runs[-1], force=True) if runs else None
+    last_facts = build_facts(runs[-1], force=True, system=system, hint=hint) if runs else None
     return Diagnosis(
         verdict_class="none",
         verdict_confidence=0.9 if any(s.lines for s in stats_list) else 0.5,

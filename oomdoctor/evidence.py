@@ -28,6 +28,7 @@ class Line:
     msg: str
     ts: str | None = None
     anchored: bool = True  # False for a context line read only because it follows an anchor
+    system: str | None = None  # the serving system the line's prefix style belongs to, if any
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from oomdoctor.evidence import Event, LineRef
 from oomdoctor.gpus import likely_gpu
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
+from oomdoctor.parsers import vllm as vl
 from oomdoctor.runs import Run, dedupe_ooms, is_oom_event
 from oomdoctor.units import GIB, MIB
 
@@ -77,24 +78,53 @@ def _timeline_stage(events: list[Event], index: int) -> str:
             stage = "startup"
         elif kind in (sg.KIND_GRAPH_BEGIN, sg.KIND_GRAPH_BAR):
             stage = "cuda_graph"
-        elif kind in (sg.KIND_SUMMARY, sg.KIND_READY):
+        elif kind in (sg.KIND_SUMMARY, sg.KIND_READY, vl.KIND_READY):
             stage = "forward"
+        elif kind == vl.KIND_LOAD_START:
+            stage = "weight_loading"
+        elif kind == vl.KIND_WEIGHTS:
+            stage = "profile"
+        elif kind == vl.KIND_MM_PROFILE:
+            stage = "encoder"
+        elif kind in (vl.KIND_KV_AVAILABLE, vl.KIND_KV_TOKENS, vl.KIND_GPU_BLOCKS, vl.KIND_GRAPH_DONE, vl.KIND_PROFILE_BREAKDOWN, vl.KIND_PROFILE_V1):
+            stage = "startup"
+        elif kind == vl.KIND_GRAPH_BEGIN:
+            stage = "cuda_graph"
     return stage
 
 
-def _detect_system(events: list[Event]) -> str:
-    sglang_kinds = {k for k in vars(sg).values() if isinstance(k, str)} - {tt.KIND_OOM}
-    if any(e.kind in sglang_kinds and e.kind not in (tt.KIND_OOM, tt.KIND_DRIVER_OOM, tt.KIND_HOST_OOM) for e in events):
-        return "sglang"
-    if any(e.kind in (tt.KIND_OOM, tt.KIND_DRIVER_OOM, tt.KIND_HOST_OOM) for e in events):
+_VLLM_KINDS = {v for k, v in vars(vl).items() if k.startswith("KIND_")}
+_SGLANG_KINDS = {v for k, v in vars(sg).items() if k.startswith("KIND_")}
+_TORCH_KINDS = {tt.KIND_OOM, tt.KIND_DRIVER_OOM, tt.KIND_HOST_OOM}
+
+
+def detect_system(events: list[Event]) -> str:
+    """The serving system a run's log came from; the workers' torch tracebacks do not make it 'torch'."""
+    vllm = sum(1 for e in events if e.kind in _VLLM_KINDS)
+    sglang = sum(1 for e in events if e.kind in _SGLANG_KINDS)
+    if vllm or sglang:
+        return "vllm" if vllm > sglang else "sglang"
+    if any(e.kind in _TORCH_KINDS for e in events):
         return "torch"
     return "unknown"
 
 
-def build_facts(run: Run, force: bool = False) -> Facts | None:
-    """Facts for the incident of one run, or None when the run shows no OOM (unless ``force``)."""
+def build_facts(run: Run, force: bool = False, system: str | None = None, hint: str | None = None) -> Facts | None:
+    """Facts for the incident of one run, or None when the run shows no OOM (unless ``force``).
+
+    ``system`` overrides the system detected from the log (the --system option); ``hint`` is the
+    system the line prefixes point to, used when no event names one.
+    """
     events = dedupe_ooms(run.events)
-    oom_idx = [i for i, e in enumerate(events) if is_oom_event(e)]
+    detected = system or detect_system(events)
+    if detected in ("torch", "unknown") and hint and system is None:
+        detected = hint
+    oom_idx = [
+        i
+        for i, e in enumerate(events)
+        # A bare "Killed" or exit 137 is weak alone, but in a plain script's log it is the only trace.
+        if is_oom_event(e) or (detected == "torch" and e.kind == tt.KIND_HOST_OOM)
+    ]
     unbalanced = [e for e in events if e.kind == sg.KIND_UNBALANCED]
     ready_before = any(e.kind in (sg.KIND_READY, sg.KIND_SUMMARY) for e in events)
     if not oom_idx and not (unbalanced and not ready_before) and not force:
@@ -106,7 +136,7 @@ def build_facts(run: Run, force: bool = False) -> Facts | None:
     first = events[first_i]
     f.first_line = first.ref
     f.time = first.ref.ts
-    f.set("system", _detect_system(events))
+    f.set("system", detected)
     f.set("oom_evident", bool(oom_idx), first.ref)
     _server_args_facts(f, events)
     _startup_facts(f, events, first_i)
@@ -114,6 +144,8 @@ def build_facts(run: Run, force: bool = False) -> Facts | None:
     _sglang_error_facts(f, events, oom_idx)
     _budget_facts(f)
     _foreign_facts(f, events)
+    if detected == "vllm":
+        _vllm_facts(f, events, first_i)
     return f
 
 
@@ -214,6 +246,8 @@ def _torch_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
     f.set("driver_oom", bool(drivers), drivers[-1].ref if drivers else None)
     strong_host = [e for e in hosts if e.get("strength") == "strong"]
     f.set("host_oom", bool(strong_host), strong_host[-1].ref if strong_host else None)
+    weak_host = [e for e in hosts if e.get("strength") == "weak"]
+    f.set("host_kill_weak", bool(weak_host), weak_host[-1].ref if weak_host else None)
     if hosts:
         f.set("host_kill_signal", True, hosts[-1].ref)
     f.set("oom_count", len(ooms) + len(drivers))
@@ -304,6 +338,8 @@ def _sglang_error_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> No
         elif e.kind == sg.KIND_OMNI_ENCODER_FAIL:
             f.set("encoder_request_failed", True, e.ref)
             f.set("encoder_failures", f.get("encoder_failures", 0) + 1)
+        elif e.kind == sg.KIND_CAPTURE_ADVICE and e.get("decode_flag"):
+            f.set("cuda_graph_flag", "--cuda-graph-max-bs-decode", e.ref)
         elif e.kind == sg.KIND_STRAGGLER:
             f.set("load_straggler", True, e.ref)
         elif e.kind == sg.KIND_MM_CACHE_FULL:
@@ -406,3 +442,164 @@ def _foreign_facts(f: Facts, events: list[Event]) -> None:
                 (Step("memory held before weights by others", f"capacity {capacity / GIB:.2f} - pre {pre / GIB:.2f} - init {init / GIB:.2f} - context 0.59 GiB", foreign),),
             ),
         )
+
+
+def _last_value(events: list[Event], kind: str, key: str) -> tuple[Any, LineRef | None]:
+    for e in reversed(events):
+        if e.kind == kind and e.get(key) is not None:
+            return e.get(key), e.ref
+    return None, None
+
+
+def _vllm_facts(f: Facts, events: list[Event], first_i: int) -> None:
+    """vLLM's budget: u*total = weights + activation peak + non-torch [+ graphs] + KV."""
+    for kind in (vl.KIND_ARGS, vl.KIND_ENGINE_CONFIG):
+        for e in events:
+            if e.kind != kind:
+                continue
+            for key, fact in (
+                ("gpu_memory_utilization", "gpu_memory_utilization"),
+                ("max_model_len", "max_model_len"),
+                ("max_seq_len", "max_model_len"),
+                ("max_num_seqs", "max_num_seqs"),
+                ("max_num_batched_tokens", "max_num_batched_tokens"),
+                ("tensor_parallel_size", "tp_size"),
+                ("pipeline_parallel_size", "pp_size"),
+                ("enforce_eager", "enforce_eager"),
+                ("kv_cache_dtype", "kv_cache_dtype"),
+                ("max_capture_size", "max_capture_size"),
+                ("model", "model_path"),
+                ("block_size", "block_size"),
+            ):
+                value = e.get(key)
+                if value is not None and fact not in f.values:
+                    f.set(fact, value, e.ref)
+            if e.get("version"):
+                f.set("vllm_version", e.get("version"))
+            if kind == vl.KIND_ENGINE_CONFIG:
+                f.set("vllm_v1", bool(e.get("v1")))
+    for kind, key, fact in (
+        (vl.KIND_FREE_LESS, "total_bytes", "capacity_bytes"),
+        (vl.KIND_PROFILE_TOTAL, "total_bytes", "capacity_bytes"),
+        (vl.KIND_PROFILE_V0_RESULTS, "total_bytes", "capacity_bytes"),
+        (vl.KIND_PROFILE_V0_RESULTS, "gpu_memory_utilization", "gpu_memory_utilization"),
+        (vl.KIND_PROFILE_V0_RESULTS, "non_kv_bytes", "non_kv_bytes"),
+        (vl.KIND_PROFILE_V0_RESULTS, "kv_bytes", "kv_budget_bytes"),
+        (vl.KIND_FREE_LESS, "gpu_memory_utilization", "gpu_memory_utilization"),
+        (vl.KIND_PROFILE_TOTAL, "gpu_memory_utilization", "gpu_memory_utilization"),
+        (vl.KIND_INITIAL_FREE, "gpu_memory_utilization", "gpu_memory_utilization"),
+        (vl.KIND_FREE_LESS, "free_at_start_bytes", "free_at_start_bytes"),
+        (vl.KIND_INITIAL_FREE, "free_at_start_bytes", "free_at_start_bytes"),
+        (vl.KIND_FREE_LESS, "requested_bytes", "requested_budget_bytes"),
+        (vl.KIND_PROFILE_TOTAL, "requested_bytes", "requested_budget_bytes"),
+        (vl.KIND_INITIAL_FREE, "requested_bytes", "requested_budget_bytes"),
+        (vl.KIND_PROFILE_BREAKDOWN, "weights_bytes", "weights_bytes"),
+        (vl.KIND_PROFILE_V1, "weights_bytes", "weights_bytes"),
+        (vl.KIND_WEIGHTS, "weights_bytes", "weights_bytes"),
+        (vl.KIND_PROFILE_BREAKDOWN, "activation_peak_bytes", "activation_peak_bytes"),
+        (vl.KIND_PROFILE_V1, "activation_peak_bytes", "activation_peak_bytes"),
+        (vl.KIND_PROFILE_BREAKDOWN, "non_torch_bytes", "non_torch_bytes"),
+        (vl.KIND_PROFILE_V1, "non_torch_bytes", "non_torch_bytes"),
+        (vl.KIND_PROFILE_V1, "non_kv_bytes", "non_kv_bytes"),
+        (vl.KIND_KV_AVAILABLE, "kv_bytes", "kv_budget_bytes"),
+        (vl.KIND_PROFILE_BREAKDOWN, "kv_bytes", "kv_budget_bytes"),
+        (vl.KIND_ONE_REQUEST, "available_bytes", "kv_budget_bytes"),
+        (vl.KIND_ONE_REQUEST, "needed_bytes", "kv_needed_bytes"),
+        (vl.KIND_ONE_REQUEST, "max_model_len", "max_model_len"),
+        (vl.KIND_ONE_REQUEST, "estimated_max_len", "estimated_max_len"),
+        (vl.KIND_ONE_REQUEST, "kv_capacity_tokens", "kv_capacity_tokens"),
+        (vl.KIND_KV_TOKENS, "kv_tokens", "kv_capacity_tokens"),
+        (vl.KIND_CONCURRENCY, "max_model_len", "max_model_len"),
+        (vl.KIND_CONCURRENCY, "concurrency", "max_concurrency"),
+        (vl.KIND_KV_TOKENS, "concurrency", "max_concurrency"),
+        (vl.KIND_CHUNKED, "max_num_batched_tokens", "max_num_batched_tokens"),
+        (vl.KIND_GRAPH_DONE, "graph_bytes", "cuda_graph_bytes"),
+        (vl.KIND_GRAPH_ESTIMATE, "graph_bytes", "cuda_graph_bytes"),
+    ):
+        if fact in f.values and kind not in (vl.KIND_KV_AVAILABLE,):
+            continue
+        value, ref = _last_value(events, kind, key)
+        if value is not None:
+            f.set(fact, value, ref)
+    gpu_blocks, _ = _last_value(events, vl.KIND_GPU_BLOCKS, "gpu_blocks")
+    if gpu_blocks is not None and "kv_capacity_tokens" not in f.values:
+        f.set("kv_capacity_tokens", gpu_blocks * (f.get("block_size") or 16))
+    if "capacity_bytes" not in f.values and f.get("requested_budget_bytes") and f.get("gpu_memory_utilization"):
+        total = round(f.get("requested_budget_bytes") / f.get("gpu_memory_utilization"))
+        f.set(
+            "capacity_bytes",
+            total,
+            f.ref("requested_budget_bytes"),
+            derivation=Derived(total, (Step("total GPU memory", "requested u*total / u", total),)),
+        )
+    if "non_kv_bytes" not in f.values and all(k in f.values for k in ("weights_bytes", "activation_peak_bytes", "non_torch_bytes")):
+        non_kv = f.get("weights_bytes") + f.get("activation_peak_bytes") + f.get("non_torch_bytes")
+        f.set(
+            "non_kv_bytes",
+            non_kv,
+            f.ref("weights_bytes"),
+            derivation=Derived(non_kv, (Step("non-KV memory", "weights + activation peak + non-torch", non_kv),)),
+        )
+    total, util = f.get("capacity_bytes"), f.get("gpu_memory_utilization")
+    if "non_kv_bytes" not in f.values and total and util is not None and f.get("kv_budget_bytes") is not None:
+        non_kv = round(total * util) - f.get("kv_budget_bytes")
+        f.set("non_kv_bytes", non_kv, f.ref("kv_budget_bytes"), derivation=Derived(non_kv, (Step("non-KV memory", "u*total - available KV", non_kv),)))
+    if f.get("kv_needed_bytes") and f.get("max_model_len"):
+        f.set("cell_bytes", f.get("kv_needed_bytes") // f.get("max_model_len"), f.ref("kv_needed_bytes"))
+    elif f.get("kv_budget_bytes") and f.get("kv_capacity_tokens") and f.get("kv_budget_bytes") > 0:
+        f.set("cell_bytes", f.get("kv_budget_bytes") // f.get("kv_capacity_tokens"), f.ref("kv_capacity_tokens"))
+    free_less = next((e for e in events if e.kind == vl.KIND_FREE_LESS), None)
+    if free_less is not None:
+        deficit = free_less.get("requested_bytes") - free_less.get("free_at_start_bytes")
+        f.set("free_less_than_requested", True, free_less.ref)
+        f.set(
+            "startup_free_deficit_bytes",
+            deficit,
+            free_less.ref,
+            derivation=Derived(deficit, (Step("requested u*total minus free at start", "requested - free", deficit),)),
+        )
+    else:
+        f.set("free_less_than_requested", False)
+    profile_assert = next((e for e in events if e.kind == vl.KIND_PROFILE_ASSERT), None)
+    f.set("profile_memory_changed", profile_assert is not None, profile_assert.ref if profile_assert else None)
+    no_blocks = next((e for e in events if e.kind == vl.KIND_NO_CACHE_BLOCKS), None)
+    one_req = next((e for e in events if e.kind == vl.KIND_ONE_REQUEST), None)
+    negative_kv = next((e for e in events if e.kind == vl.KIND_KV_AVAILABLE and (e.get("kv_bytes") or 0) <= 0), None)
+    cause = no_blocks or one_req
+    if cause is None and negative_kv is not None and any(e.kind == vl.KIND_ENGINE_FAILED for e in events):
+        cause = negative_kv
+    f.set("startup_kv_error", cause is not None, cause.ref if cause else None)
+    if cause is not None:
+        f.set("startup_kv_error_kind", cause.kind)
+    preempts = [e for e in events if e.kind == vl.KIND_PREEMPT]
+    if preempts:
+        f.set("preemptions", max(e.get("cumulative", 0) for e in preempts), preempts[-1].ref)
+    mm = next((e for e in events[: first_i + 1] if e.kind == vl.KIND_MM_PROFILE), None)
+    if mm is not None:
+        f.set("is_multimodal", True, mm.ref)
+    if f.get("oom_stage") == "profile":
+        f.set("oom_stage", "forward", f.ref("oom_stage"))
+        f.set("oom_phase", "profile")
+    if f.get("oom_stage") == "encoder" and (f.get("torch_oom") or f.get("driver_oom")):
+        f.set("encoder_oom", True, f.ref("oom_stage"))
+    if f.get("oom_stage") == "cuda_graph":
+        f.set("capture_oom", True, f.ref("oom_stage"))
+    if f.get("oom_stage") == "weight_loading":
+        f.set("weight_load_oom", bool(f.get("torch_oom") or f.get("driver_oom")), f.ref("oom_stage"))
+    _vllm_window(f)
+
+
+def _vllm_window(f: Facts) -> None:
+    total, non_kv, need = f.get("capacity_bytes"), f.get("non_kv_bytes"), f.get("kv_needed_bytes")
+    if not total or non_kv is None:
+        return
+    if need is None and f.get("cell_bytes") and f.get("max_model_len"):
+        need = f.get("cell_bytes") * f.get("max_model_len")
+    if need is None:
+        need = budget.DEFAULT_KV_FLOOR_BYTES
+    needed = budget.vllm_util_for_kv(total, non_kv, need)
+    f.set("min_viable_util", needed.value, derivation=needed)
+    free = f.get("free_at_start_bytes")
+    cap = budget.vllm_max_safe_util(free, total) if free else budget.Derived(0.95, (Step("largest u (free memory at start unknown)", "vLLM's usual ceiling", 0.95),))
+    f.set("max_safe_util", min(cap.value, 0.98), derivation=cap)
+    f.set("weights_fit", needed.value <= min(cap.value, 0.98))

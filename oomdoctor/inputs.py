@@ -47,6 +47,7 @@ class InputStats:
     truncated: bool = False
     long_lines: int = 0
     warnings: list[str] = field(default_factory=list)
+    system_hints: dict[str, int] = field(default_factory=dict)
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:

@@ -22,6 +22,7 @@ class Stripped:
     msg: str
     rank: str | None
     ts: str | None
+    system: str | None = None  # "sglang" / "vllm" when the prefix style itself says so
 
 
 def _sglang_rank(tags: str) -> str | None:
@@ -68,6 +69,8 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"(?:(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) [\w./-]+\.py:\d+: )?"
         ),
     ),
+    # SGLang 2024: "[gpu=0] Load weight begin. ..."
+    ("sglang_gpu", re.compile(r"^\[gpu=(?P<gpu>\d+)\] ")),
     # vLLM process tag: "(EngineCore_DP0 pid=1531) ", "(RayWorkerWrapper pid=1699, ip=10.0.0.1) ".
     ("vllm_proc", re.compile(r"^\((?P<name>[A-Za-z][\w]*)(?P<attrs>(?: [\w]+=[^\s,)]+,?)+)\) ")),
     # vLLM logger: "INFO 08-19 07:51:03 [core.py:396] ", oldest "INFO 08-19 07:51:03 worker.py:10] ".
@@ -104,6 +107,7 @@ def split_prefix(raw: str) -> Stripped:
     ranks: list[str] = []
     ts: str | None = None
     svc: str | None = None
+    system: str | None = None
     for _ in range(8):
         for name, pattern in _PREFIXES:
             m = pattern.match(text)
@@ -119,7 +123,12 @@ def split_prefix(raw: str) -> Stripped:
                 tag = _sglang_rank(groups["tags"])
                 if tag:
                     ranks.append(tag)
-            elif name == "vllm_proc":
+                    system = system or "sglang"
+            elif name == "sglang_gpu":
+                ranks.append(f"gpu{groups['gpu']}")
+            elif name in ("vllm_proc", "vllm_level"):
+                system = system or "vllm"
+            if name == "vllm_proc":
                 tag = _vllm_proc_rank(groups["name"], groups["attrs"])
                 if tag:
                     ranks.append(tag)
@@ -132,4 +141,4 @@ def split_prefix(raw: str) -> Stripped:
     rank = ranks[0] if ranks else None
     if svc and rank:
         rank = f"{svc}/{rank}"
-    return Stripped(msg=text, rank=rank, ts=ts)
+    return Stripped(msg=text, rank=rank, ts=ts, system=system)

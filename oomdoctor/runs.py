@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from oomdoctor.evidence import Event
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
+from oomdoctor.parsers import vllm as vl
 
 # Events that show an OOM (or a memory failure SGLang reports itself).
 _OOM_KINDS = {
@@ -22,6 +23,10 @@ _OOM_KINDS = {
     sg.KIND_KV_ALLOC_FAIL,
     sg.KIND_REQ_SLOTS_FAIL,
     sg.KIND_OMNI_ENCODER_FAIL,
+    vl.KIND_FREE_LESS,
+    vl.KIND_NO_CACHE_BLOCKS,
+    vl.KIND_ONE_REQUEST,
+    vl.KIND_PROFILE_ASSERT,
 }
 
 
@@ -63,11 +68,18 @@ def split_runs(events_per_input: list[list[Event]]) -> list[Run]:
     for events in events_per_input:
         number = 1
         seen_args = False
+        seen_engine = False
         for event in events:
-            if event.kind == sg.KIND_SERVER_ARGS:
-                if seen_args:
+            # A run starts at SGLang's server_args, vLLM's non-default args, or a vLLM engine config
+            # line that is not the first of its run (the API server logs args, then the engine config).
+            starts = event.kind in (sg.KIND_SERVER_ARGS, vl.KIND_ARGS) or (event.kind == vl.KIND_ENGINE_CONFIG and seen_engine)
+            if starts:
+                if seen_args or seen_engine:
                     number += 1
-                seen_args = True
+                seen_args = event.kind != vl.KIND_ENGINE_CONFIG
+                seen_engine = event.kind == vl.KIND_ENGINE_CONFIG
+            elif event.kind == vl.KIND_ENGINE_CONFIG:
+                seen_engine = True
             runs.setdefault(number, Run(number)).events.append(event)
     return [runs[k] for k in sorted(runs)]
 

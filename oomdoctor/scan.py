@@ -75,6 +75,6 @@ def scan_lines(chunks: Iterable[bytes], path: str, anchors: tuple[bytes, ...], c
             text = strip_ansi(raw).rstrip()
             if len(text) > MAX_TEXT_CHARS:
                 text = text[:MAX_TEXT_CHARS] + "…"
-            yield Line(ref=LineRef(path=path, line=lineno, rank=rank, text=text, ts=stripped.ts), msg=stripped.msg, ts=stripped.ts, anchored=start in hit_set)
+            yield Line(ref=LineRef(path=path, line=lineno, rank=rank, text=text, ts=stripped.ts), msg=stripped.msg, ts=stripped.ts, anchored=start in hit_set, system=stripped.system)
         base += chunk.count(b"\n")
         counter[0] = base

@@ -88,3 +88,42 @@ def test_cell_bytes_and_tokens() -> None:
     # DeepSeek-V3 MLA: (512 + 64) * 61 * 2, not split by TP
     assert budget.cell_bytes_mla(512, 64, 61, 2) == 70272
     assert budget.kv_tokens(-5, cell) == 0
+
+
+# --- vLLM: u is a fraction of total memory --------------------------------------------------------
+
+
+def test_vllm_kv_budget_llama8b() -> None:
+    # log_formats.md §3.5: 79.19 GiB, u=0.9, weights 14.99 + peak 1.24 + non-torch 0.35 = 16.58 GiB
+    total = gib(79.19)
+    kv = budget.vllm_kv_budget_bytes(total, 0.9, gib(16.58))
+    assert kv == pytest.approx(gib(54.691), abs=gib(0.001))
+
+
+def test_vllm_32k_context_that_does_not_fit_and_the_u_that_fixes_it() -> None:
+    # Qwen2.5-32B bf16: 8 KV heads * (128+128) * 64 layers * 2 B = 256 KiB per token
+    cell = budget.cell_bytes_mha(8, 128, 128, 64, 2)
+    assert cell == 256 * 1024
+    total, non_kv = gib(79.19), gib(63.30)
+    need = 32768 * cell
+    assert need == gib(8.0)
+    kv_at_09 = budget.vllm_kv_budget_bytes(total, 0.9, non_kv)
+    assert kv_at_09 == pytest.approx(gib(7.971), abs=gib(0.001))  # 0.9*79.19 - 63.30
+    assert kv_at_09 < need  # the 32k request does not fit
+    # vLLM's own estimate of the longest context: 7.971 GiB / 256 KiB = 32650 -> whole 16-token blocks
+    assert budget.vllm_max_model_len(kv_at_09, cell) == 32640
+    fix = budget.vllm_util_for_kv(total, non_kv, need)
+    # (63.30 + 8.00 + 0.50) / 79.19 = 0.9067 -> 0.91
+    assert fix.value == 0.91
+    assert budget.vllm_kv_budget_bytes(total, fix.value, non_kv) >= need
+
+
+def test_vllm_max_safe_util_from_free_memory() -> None:
+    # Free 58.61 of 79.19 GiB: (58.61 - 0.5) / 79.19 = 0.7338 -> 0.73
+    assert budget.vllm_max_safe_util(gib(58.61), gib(79.19)).value == 0.73
+
+
+def test_vllm_lowered_util_for_runtime_shortfall() -> None:
+    # requested 2.62, free 1.41 -> shortfall 1.21 + margin 2.62 = 3.83 GiB; 0.95 - 3.83/79.19 = 0.9016 -> 0.90
+    lowered = budget.vllm_lowered_util(0.95, gib(79.19), gib(1.21), gib(2.62))
+    assert lowered.value == 0.9

@@ -34,6 +34,7 @@ def test_fixture_diagnosis(path: Path, run_cli) -> None:
     data = res.json
     assert data["verdict"]["class"] == exp["class"]
     assert (data["verdict"]["rule"] or "") == exp["rule"]
+    assert data["budget"]["system"] == exp["system"]
     cited = [e["line"] for e in data["findings"][0]["evidence"]] if data["findings"] else []
     assert cited == exp["cited_lines"]
     if exp.get("parses_fully"):
@@ -85,3 +86,42 @@ def test_sglang_classes_have_three_positives_over_two_eras() -> None:
         assert len(cases) >= 3, f"{klass}: {len(cases)} positive fixtures"
         years = {y for p in cases for y in ("2023", "2024", "2025", "2026") if y in p.read_bytes()[:4000].decode("latin-1") or y in p.name}
         assert len(years) >= 2, f"{klass}: eras {years}"
+
+
+def _positives(system: str) -> dict[str, list[Path]]:
+    by_class: dict[str, list[Path]] = {}
+    for path in CASES:
+        exp = _expect(path)
+        if path.name.startswith("pos_") and exp["system"] == system:
+            by_class.setdefault(exp["class"], []).append(path)
+    return by_class
+
+
+def test_vllm_classes_have_three_positives_over_v0_and_v1_and_a_negative() -> None:
+    by_class = _positives("vllm")
+    negatives = {_expect(p)["system"] for p in CASES if p.name.startswith("neg_")}
+    assert "vllm" in negatives
+    for klass in ("startup_kv", "weights_dont_fit", "foreign_process", "cuda_graph", "runtime_activation", "encoder_starvation", "fragmentation", "host_oom"):
+        cases = by_class.get(klass, [])
+        assert len(cases) >= 3, f"vllm {klass}: {len(cases)} positive fixtures"
+        text = "".join(p.read_text(errors="replace") for p in cases)
+        v1 = "V1 LLM engine" in text or "(EngineCore" in text or "(APIServer" in text or "(Worker_" in text or "(VllmWorker rank=" in text
+        v0 = "Initializing an LLM engine" in text or "VllmWorkerProcess" in text or " llm_engine.py:" in text or "[rank0]:" in text
+        assert v1 and v0, f"vllm {klass}: formats V1={v1} V0={v0}"
+    neg_dirs = {p.parent.name for p in CASES if p.name.startswith("neg_") and _expect(p)["system"] == "vllm"}
+    assert {"vllm-startup-kv", "vllm-cuda-graph-oom", "vllm-runtime-activation", "vllm-encoder-oom"} <= neg_dirs
+
+
+def test_at_least_eight_plain_pytorch_fixtures() -> None:
+    torch_cases = [p for p in CASES if _expect(p)["system"] == "torch"]
+    assert len(torch_cases) >= 8
+    classes = {_expect(p)["class"] for p in torch_cases}
+    assert {"fragmentation", "foreign_process", "runtime_activation", "host_oom"} <= classes
+
+
+def test_system_override(run_cli) -> None:
+    path = FIXTURES / "vllm-runtime-activation" / "pos_v1_execute_model.log"
+    auto = run_cli("diagnose", str(path), "--format", "json").json
+    forced = run_cli("diagnose", str(path), "--format", "json", "--system", "torch").json
+    assert auto["budget"]["system"] == "vllm" and auto["verdict"]["rule"] == "vllm-runtime-activation"
+    assert forced["budget"]["system"] == "torch" and forced["verdict"]["rule"] == "torch-activation-oom"

@@ -43,6 +43,7 @@ KIND_OMNI_FLOOR = "omni_reserve_floor"
 KIND_OMNI_ENCODER_FAIL = "omni_encoder_fail"
 KIND_MM_CACHE_FULL = "mm_cache_full"
 KIND_MM_RESERVE = "mm_reserve"
+KIND_CAPTURE_ADVICE = "capture_advice"
 
 ANCHORS: tuple[bytes, ...] = (
     b"server_args=",
@@ -79,6 +80,9 @@ ANCHORS: tuple[bytes, ...] = (
     b"embedding cache is full",
     b"for post-sizing multimodal",
     b"No space left for only one request",
+    b"Possible solutions",
+    b"graph begin",
+    b"graph end",
 )
 
 _F = r"(-?\d+(?:\.\d+)?)"
@@ -155,6 +159,14 @@ _SIMPLE: tuple[tuple[str, re.Pattern[str]], ...] = (
     (KIND_OMNI_ENCODER_FAIL, re.compile(r"SimpleScheduler: compute_fn failed for (?P<rid>\S+)|Worker: request (?P<rid2>\S+) failed|OmniEngine (?:overlap )?step failed")),
     (KIND_MM_CACHE_FULL, re.compile(r"Multimodal embedding cache is full")),
     (KIND_MM_RESERVE, re.compile(rf"Reserving {_F} GB of the KV budget for post-sizing multimodal")),
+    # The fixed "Possible solutions:" block after a capture failure; it names this version's flags.
+    (
+        KIND_CAPTURE_ADVICE,
+        re.compile(
+            r"(?:Possible solutions:|^\s*\d\. (?:set --mem-fraction-static|set --cuda-graph-max-bs(?P<decode>-decode)?|disable (?:decode )?(?:cuda|CUDA) graph|disable torch compile|set --piecewise)"
+            r"|Open an issue on GitHub|This is not an out-of-memory error)"
+        ),
+    ),
 )
 
 _UNBALANCED_RE = re.compile(r"The memory capacity is unbalanced")
@@ -375,6 +387,8 @@ class SGLangParser:
             return {"auto_mem_fraction_static": _num(g[0]), "encoder_mem_reserve": _num(g[1]), "result": _num(g[2])}
         if kind == KIND_OMNI_ENCODER_FAIL:
             return {"request_id": m.group("rid") or m.group("rid2")}
+        if kind == KIND_CAPTURE_ADVICE:
+            return {"decode_flag": bool(m.group("decode"))}
         if kind == KIND_MM_RESERVE:
             return {"reserve_bytes": _gib(g[0])}
         return {}

@@ -83,10 +83,11 @@ _HOST_PATTERNS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("cpu_allocator", "strong", re.compile(r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (\d+) bytes)?")),
     ("kernel_oom_killer", "strong", re.compile(r"Out of memory: Killed process (\d+) \(([^)]*)\)")),
     ("cgroup", "strong", re.compile(r"Memory cgroup out of memory|oom-kill:|OOMKilled")),
-    ("sigkill", "weak", re.compile(r"(?:^|\s)Killed\s*$|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|signal 9\b|SIGKILL")),
+    ("sigkill", "weak", re.compile(r"(?:^|\s)Killed\s*$|\b\d+ Killed\s|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|exit code:?\s*-9\b|signal 9\b|SIGKILL")),
 )
 
 _TRACEBACK_RE = re.compile(r"Traceback \(most recent call last\)")
+_METHOD_RE = re.compile(r"while processing method (\w+)")
 _FRAME_RE = re.compile(r'^\s*File "([^"]+)", line \d+, in ([\w<>.]+)')
 
 # Where in a server an allocation failed, judged from traceback frames as (path, function)
@@ -237,6 +238,11 @@ class TorchParser:
         if exc:
             values["exception"] = exc
         frames = tuple(self._frames_of(rank))
+        method = _METHOD_RE.search(refs[0].text)
+        if method:
+            # vLLM's multiprocess workers print "... while processing method load_model: <OOM>" and the
+            # traceback only after the message.
+            frames = frames + (("", method.group(1)),)
         stage, phase = classify_frames(frames)
         values["stage"] = stage
         if phase:
