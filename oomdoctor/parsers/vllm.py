@@ -39,6 +39,7 @@ KIND_READY = "vllm_ready"
 KIND_CHUNKED = "vllm_chunked_prefill"
 KIND_LOAD_START = "vllm_load_start"
 KIND_PROFILE_V0_RESULTS = "vllm_profile_v0_results"
+KIND_PROFILE_HEADER = "vllm_profile_header"
 
 ANCHORS: tuple[bytes, ...] = (
     b"non-default args",
@@ -105,6 +106,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         KIND_PROFILE_ASSERT,
         re.compile(rf"Error in memory profiling\. Initial free memory {_F}(?: GiB)?, current free memory {_F}(?: GiB)?"),
     ),
+    (KIND_PROFILE_HEADER, re.compile(rf"^Memory profiling takes {_F} seconds\s*$")),
     (KIND_INITIAL_FREE, re.compile(rf"Initial free memory:? {_F} GiB[;,] (?:Requested memory: {_F} \(util\), {_F} GiB)?")),
     (KIND_KV_AVAILABLE, re.compile(rf"Available KV cache memory: {_F} GiB")),
     (KIND_KV_TOKENS, re.compile(rf"GPU KV cache size: {_N} tokens(?:, Maximum concurrency for {_N} tokens per request: {_F}x)?")),
@@ -123,7 +125,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         KIND_ONE_REQUEST,
         re.compile(
-            rf"To serve at least one request with the models?'?s's? max seq len \({_N}\), \({_F} GiB KV cache is needed, which is larger than "
+            rf"To serve at least one request with the models?'s max seq len \({_N}\), \({_F} GiB KV cache is needed, which is larger than "
             rf"the available KV cache memory \({_F} GiB\)\.(?: Based on the available memory, the estimated maximum model length is {_N}\.)?"
             rf"|The model's max seq len \({_N}\) is larger than the maximum number of tokens that can be stored in KV cache \({_N}\)"
         ),

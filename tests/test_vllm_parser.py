@@ -1,0 +1,91 @@
+"""vLLM lines (log_formats.md §3) to events with the right numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from oomdoctor.evidence import Line, LineRef
+from oomdoctor.parsers import vllm as vl
+from oomdoctor.units import GIB
+
+
+def one(text: str):
+    events = vl.VLLMParser().feed(Line(LineRef("x", 1), text))
+    assert len(events) == 1, text
+    return events[0]
+
+
+def g(x: float) -> int:
+    return round(x * GIB)
+
+
+def test_non_default_args_and_namespace() -> None:
+    e = one("non-default args: {'model': 'Qwen/Qwen3-8B', 'gpu_memory_utilization': 0.85, 'max_model_len': 32768, 'max_num_seqs': 128, 'api_key': ['sk-x']}")
+    assert (e.get("gpu_memory_utilization"), e.get("max_model_len"), e.get("max_num_seqs")) == (0.85, 32768, 128)
+    assert "api_key" not in e.values
+    ns = one("args: Namespace(host=None, model='m', gpu_memory_utilization=0.95, max_num_batched_tokens=32768, enforce_eager=True)")
+    assert (ns.get("gpu_memory_utilization"), ns.get("max_num_batched_tokens"), ns.get("enforce_eager")) == (0.95, 32768, True)
+
+
+def test_engine_config_v1_and_v0() -> None:
+    e = one("Initializing a V1 LLM engine (v0.10.1) with config: model='Qwen/Qwen3-8B', dtype=torch.bfloat16, max_seq_len=40960, tensor_parallel_size=2, enforce_eager=False, kv_cache_dtype=fp8, compilation_config={\"level\":3,\"cudagraph_capture_sizes\":[256,128,8,4,2,1],\"max_capture_size\":256}")
+    assert (e.get("version"), e.get("v1"), e.get("max_seq_len"), e.get("tensor_parallel_size"), e.get("enforce_eager"), e.get("kv_cache_dtype"), e.get("max_capture_size")) == ("0.10.1", True, 40960, 2, False, "fp8", 256)
+    v0 = one("Initializing an LLM engine (v0.6.3.post1) with config: model='m', max_seq_len=4096, tensor_parallel_size=1")
+    assert v0.get("v1") is False and v0.get("max_seq_len") == 4096
+
+
+@pytest.mark.parametrize(
+    "text, key, value",
+    [
+        ("Model loading took 14.9888 GiB and 13.204526 seconds", "weights_bytes", g(14.9888)),
+        ("Model loading took 14.9888 GiB memory and 13.204526 seconds", "weights_bytes", g(14.9888)),
+        ("Loading model weights took 14.99 GB", "weights_bytes", g(14.99)),
+        ("Available KV cache memory: -3.68 GiB", "kv_bytes", g(-3.68)),
+        ("GPU KV cache size: 448,016 tokens", "kv_tokens", 448016),
+        ("Maximum concurrency for 32,768 tokens per request: 13.67x", "concurrency", 13.67),
+        ("# GPU blocks: 1423, # CPU blocks: 2048", "gpu_blocks", 1423),
+        ("Graph capturing finished in 22 secs, took 0.93 GiB", "graph_bytes", g(0.93)),
+        ("Graph capturing finished in 5 secs, took -0.12 GiB", "graph_bytes", g(-0.12)),
+        ("Estimated CUDA graph memory: 1.25 GiB total", "graph_bytes", g(1.25)),
+        ("Chunked prefill is enabled with max_num_batched_tokens=8192.", "max_num_batched_tokens", 8192),
+    ],
+)
+def test_memory_lines(text: str, key: str, value) -> None:
+    assert one(text).get(key) == value
+
+
+def test_merged_kv_size_and_concurrency_line() -> None:
+    e = one("GPU KV cache size: 1,230,000 tokens, Maximum concurrency for 131,072 tokens per request: 9.38x")
+    assert (e.get("kv_tokens"), e.get("max_model_len"), e.get("concurrency")) == (1230000, 131072, 9.38)
+
+
+def test_profiling_multi_line_v0_and_one_line_v1() -> None:
+    total = one("the current vLLM instance can use total_gpu_memory (79.15GiB) x gpu_memory_utilization (0.90) = 71.24GiB")
+    assert (total.kind, total.get("total_bytes"), total.get("gpu_memory_utilization")) == (vl.KIND_PROFILE_TOTAL, g(79.15), 0.9)
+    parts = one("model weights take 14.99GiB; non_torch_memory takes 0.35GiB; PyTorch activation peak memory takes 1.24GiB; the rest of the memory reserved for KV Cache is 54.66GiB.")
+    assert (parts.get("weights_bytes"), parts.get("activation_peak_bytes"), parts.get("kv_bytes")) == (g(14.99), g(1.24), g(54.66))
+    v1 = one("Memory profiling takes 11.85 seconds. Total non KV cache memory: 16.58GiB; torch peak memory increase: 1.24GiB; non-torch forward increase memory: -15.24GiB; weights memory: 14.99GiB.")
+    assert (v1.get("non_kv_bytes"), v1.get("non_torch_bytes")) == (g(16.58), g(-15.24))
+    v029 = one("Memory profiling takes 9.01 seconds. Total non KV cache memory: 61.49GiB; torch peak memory increase: 2.04GiB; non-torch forward increase memory: 0.10GiB; total consumed (from mem_get_info): 61.49GiB; weights memory: 55.87GiB.")
+    assert v029.get("weights_bytes") == g(55.87)
+    res = one("Memory profiling results: duration=3.01 seconds, total_gpu_memory=44.35GiB, initial_memory_usage=24.76GiB, peak_torch_memory=25.59GiB, memory_usage_post_profile=24.92GiB, non_torch_memory=0.60GiB, kv_cache_size=-3.87GiB, gpu_memory_utilization=0.50")
+    assert (res.get("non_kv_bytes"), res.get("kv_bytes")) == (g(25.59) + g(0.60), g(-3.87))
+
+
+def test_startup_errors() -> None:
+    v7 = one("ValueError: Free memory on device (58.61/79.19 GiB) on startup is less than desired GPU memory utilization (0.9, 71.27 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.")
+    assert (v7.get("free_at_start_bytes"), v7.get("total_bytes"), v7.get("gpu_memory_utilization"), v7.get("requested_bytes")) == (g(58.61), g(79.19), 0.9, g(71.27))
+    v7b = one("Free memory on device cuda:0 (84.11/287.98 GiB) on startup is less than desired GPU memory utilization (0.95, 273.59 GiB).")
+    assert v7b.get("device") == "cuda:0"
+    assert one("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.").kind == vl.KIND_NO_CACHE_BLOCKS
+    v9 = one("To serve at least one request with the model's max seq len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache memory (4.21 GiB). Based on the available memory, the estimated maximum model length is 34480. Try increasing")
+    assert (v9.get("max_model_len"), v9.get("needed_bytes"), v9.get("available_bytes"), v9.get("estimated_max_len")) == (131072, g(16), g(4.21), 34480)
+    typo = one("To serve at least one request with the models's max seq len (32768), (8.00 GiB KV cache is needed, which is larger than the available KV cache memory (7.97 GiB). Try increasing")
+    assert typo.get("estimated_max_len") is None and typo.get("needed_bytes") == g(8)
+    old = one("The model's max seq len (32768) is larger than the maximum number of tokens that can be stored in KV cache (22768). Try increasing")
+    assert (old.get("max_model_len"), old.get("kv_capacity_tokens")) == (32768, 22768)
+
+
+def test_preemption_warning() -> None:
+    e = one("Sequence group 0 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption=51")
+    assert (e.kind, e.get("mode"), e.get("cumulative")) == (vl.KIND_PREEMPT, "RECOMPUTE", 51)
