@@ -7,6 +7,8 @@ that wrap, are decoded and handed to the parsers.
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
 from typing import Iterable, Iterator
 
 from oomdoctor.evidence import Line, LineRef
@@ -19,15 +21,37 @@ CONTEXT_LINES = 3
 MAX_TEXT_CHARS = 4000
 
 
+def _compile(anchors: tuple[bytes, ...]):
+    """One alternation of every anchor, compiled with RE2 when it is installed.
+
+    RE2 runs the alternation as a DFA, about 450 MB/s here against 35 MB/s for one bytes.find per
+    anchor and 60 MB/s for the same alternation in the standard ``re`` (see benchmarks/README.md).
+    """
+    pattern = b"|".join(re.escape(a) for a in anchors)
+    try:
+        import re2  # type: ignore[import-not-found]
+
+        return re2.compile(pattern)
+    except ImportError:  # pragma: no cover - exercised where google-re2 has no wheel
+        return re.compile(pattern)
+
+
+@lru_cache(maxsize=8)
+def _compiled(anchors: tuple[bytes, ...]):
+    return _compile(anchors)
+
+
 def _anchor_line_starts(chunk: bytes, anchors: tuple[bytes, ...]) -> list[int]:
-    starts: set[int] = set()
-    find = chunk.find
-    for anchor in anchors:
-        i = find(anchor)
-        while i >= 0:
-            starts.add(chunk.rfind(b"\n", 0, i) + 1)
-            i = find(anchor, find(b"\n", i) + 1)
-    return sorted(starts)
+    starts: list[int] = []
+    last_end = -1
+    rfind, find = chunk.rfind, chunk.find
+    for m in _compiled(anchors).finditer(chunk):
+        pos = m.start()
+        if pos <= last_end:
+            continue  # another anchor on a line already taken
+        starts.append(rfind(b"\n", 0, pos) + 1)
+        last_end = find(b"\n", pos)
+    return starts
 
 
 def scan_lines(chunks: Iterable[bytes], path: str, anchors: tuple[bytes, ...], counter: list[int]) -> Iterator[Line]:
