@@ -7,6 +7,7 @@ recommendations; the verdict is the last incident's finding whose fix comes firs
 from __future__ import annotations
 
 import os
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -25,6 +26,7 @@ from oomdoctor.scan import scan_lines
 
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS))
 SYSTEMS = ("sglang", "vllm", "torch")
+KIND_REPEATS = "repeats"
 _FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
 
 
@@ -76,13 +78,71 @@ class Diagnosis:
         return self.verdict_class != "none"
 
 
+# Kinds that repeat for as long as a server runs (one per retraction, preemption, failed encoder
+# request, tqdm redraw); of these only the first and the most recent are kept, with a count, so that
+# memory stays flat on logs of days.
+_REPEATING = {
+    sg.KIND_RETRACT,
+    sg.KIND_GRAPH_BAR,
+    sg.KIND_KV_ALLOC_DETAIL,
+    sg.KIND_OMNI_ENCODER_FAIL,
+    sg.KIND_CAPTURE_ADVICE,
+    vl.KIND_PREEMPT,
+    vl.KIND_KV_AVAILABLE,
+    tt.KIND_OOM,
+    tt.KIND_DRIVER_OOM,
+    tt.KIND_HOST_OOM,
+}
+_KEEP_FIRST = 16
+_KEEP_LAST = 64
+_UNPARSED_WINDOW = 64
+
+
+class _EventStore:
+    """Events in log order, with repeating kinds bounded to their first and last occurrences."""
+
+    def __init__(self) -> None:
+        self.kept: list[Event] = []
+        self.tail: dict[str, deque[Event]] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, event: Event) -> None:
+        kind = event.kind
+        n = self.counts.get(kind, 0) + 1
+        self.counts[kind] = n
+        if kind not in _REPEATING or n <= _KEEP_FIRST:
+            self.kept.append(event)
+            return
+        self.tail.setdefault(kind, deque(maxlen=_KEEP_LAST)).append(event)
+
+    def events(self) -> list[Event]:
+        out = list(self.kept)
+        for kind, tail in self.tail.items():
+            out.extend(tail)
+            dropped = self.counts[kind] - _KEEP_FIRST - len(tail)
+            if dropped > 0:
+                out.append(Event(KIND_REPEATS, (tail[0].ref,), {"kind": kind, "dropped": dropped, "total": self.counts[kind]}))
+        out.sort(key=lambda e: e.ref.line)
+        return out
+
+
 def read_events(path: str, stats: InputStats) -> list[Event]:
     """Scan one input and run every parser over its lines; pure apart from reading the input."""
     parsers = (sg.SGLangParser(), vl.VLLMParser(), tt.TorchParser())
-    events: list[Event] = []
+    store = _EventStore()
     counter = [0]
-    uncited: set[int] = set()
+    # Anchored lines no event has cited yet; a wrapped message cites its first line only once its
+    # last line is read, so a line is counted as unparsed when it leaves this window uncited.
+    pending: OrderedDict[int, None] = OrderedDict()
+    unparsed = 0
     display = "<stdin>" if path == "-" else path
+
+    def cite(events: list[Event]) -> None:
+        for e in events:
+            store.add(e)
+            for r in e.refs:
+                pending.pop(r.line, None)
+
     for line in scan_lines(iter_line_chunks(path, stats), display, ANCHORS, counter):
         if line.system:
             stats.system_hints[line.system] = stats.system_hints.get(line.system, 0) + 1
@@ -93,21 +153,17 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
             and not line.msg.lstrip().startswith(_FRAME_PREFIXES)
             and "Traceback (most recent call last)" not in line.msg
         ):
-            uncited.add(line.ref.line)
+            pending[line.ref.line] = None
+            if len(pending) > _UNPARSED_WINDOW:
+                pending.popitem(last=False)
+                unparsed += 1
         for parser in parsers:
-            new = parser.feed(line)
-            events.extend(new)
-            for e in new:
-                uncited.difference_update(r.line for r in e.refs)
+            cite(parser.feed(line))
     for parser in parsers:
-        new = parser.finish()
-        events.extend(new)
-        for e in new:
-            uncited.difference_update(r.line for r in e.refs)
+        cite(parser.finish())
     stats.lines = counter[0]
-    stats.unparsed_lines = len(uncited)
-    events.sort(key=lambda e: e.ref.line)
-    return events
+    stats.unparsed_lines = unparsed + len(pending)
+    return store.events()
 
 
 def _render_message(template: str, facts: Facts) -> str:

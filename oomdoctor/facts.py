@@ -230,7 +230,8 @@ def _startup_facts(f: Facts, events: list[Event], first_i: int) -> None:
     f.set("timeline_stage", _timeline_stage(events, first_i))
     retracts = [e for e in events if e.kind == sg.KIND_RETRACT]
     if retracts:
-        f.set("retractions", sum(e.get("retracted_reqs", 0) for e in retracts), retracts[-1].ref)
+        dropped = sum(e.get("dropped", 0) for e in events if e.kind == "repeats" and e.get("kind") == sg.KIND_RETRACT)
+        f.set("retraction_events", len(retracts) + dropped, retracts[-1].ref)
     multimodal = bool(omni) or any(h in str(f.get("model_type", "")) for h in _MM_HINTS)
     f.set("is_multimodal", multimodal)
     mm_reserve = next((e for e in events if e.kind == sg.KIND_MM_RESERVE), None)
@@ -336,8 +337,11 @@ def _sglang_error_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> No
         elif e.kind == sg.KIND_REQ_SLOTS_FAIL and "req_slots_failed" not in f.values:
             f.set("req_slots_failed", True, e.ref)
         elif e.kind == sg.KIND_OMNI_ENCODER_FAIL:
-            f.set("encoder_request_failed", True, e.ref)
+            if "encoder_request_failed" not in f.values:
+                f.set("encoder_request_failed", True, e.ref)
             f.set("encoder_failures", f.get("encoder_failures", 0) + 1)
+        elif e.kind == "repeats" and e.get("kind") == sg.KIND_OMNI_ENCODER_FAIL:
+            f.set("encoder_failures", f.get("encoder_failures", 0) + e.get("dropped", 0))
         elif e.kind == sg.KIND_CAPTURE_ADVICE and e.get("decode_flag"):
             f.set("cuda_graph_flag", "--cuda-graph-max-bs-decode", e.ref)
         elif e.kind == sg.KIND_STRAGGLER:

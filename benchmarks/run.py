@@ -1,0 +1,109 @@
+"""Benchmark: throughput, peak RSS and the grep ratio on generated large logs, and small-log latency.
+
+    python benchmarks/run.py                 # 1 GiB SGLang + 1 GiB vLLM logs (generated once, cached)
+    python benchmarks/run.py --size-mb 200   # quicker
+
+Prints one table; the targets are those of the project's benchmark issue: >= 200 MB/s on one core,
+within 4x of `grep -E` with the OOM triggers, peak RSS < 150 MB, a small log under 250 ms wall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from generate import generate  # noqa: E402
+
+TRIGGERS = (
+    "out of memory|Out of memory|OutOfMemoryError|Not enough memory|Loaded weights leave|Capture cuda graph failed"
+    "|No available memory|Free memory on device|max seq len|Killed process|alloc_req_slots|Try to lower your batch size"
+)
+SMALL = HERE.parent / "tests" / "fixtures" / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"
+
+# Runs a command and reports its wall time and the peak RSS of that one child, in a fresh process so
+# that children of earlier measurements do not count.
+_MEASURE = r"""
+import json, resource, subprocess, sys, time
+t = time.perf_counter()
+p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+wall = time.perf_counter() - t
+print(json.dumps({"wall": wall, "rss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "rc": p.returncode, "err": p.stderr.decode()[-300:]}))
+"""
+
+
+def measure(cmd: list[str]) -> dict:
+    out = subprocess.run([sys.executable, "-c", _MEASURE, *cmd], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def oomdoctor_cmd() -> list[str]:
+    exe = shutil.which("oomdoctor") or str(Path(sys.executable).with_name("oomdoctor"))
+    return [exe, "diagnose", "--format", "json"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mb", type=int, default=1024)
+    ap.add_argument("--out", default=str(HERE / "out"))
+    ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is reported")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for system in ("sglang", "vllm"):
+        log = out / f"{system}_{args.size_mb}mb.log"
+        if not log.exists():
+            generate(log, system, args.size_mb)
+        size_mb = log.stat().st_size / 1e6
+        subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
+        ours = min((measure([*oomdoctor_cmd(), str(log)]) for _ in range(args.repeat)), key=lambda r: r["wall"])
+        if ours["rc"] not in (0, 3):
+            raise SystemExit(f"oomdoctor failed on {log}: {ours['err']}")
+        grep = min((measure(["grep", "-E", "-n", TRIGGERS, str(log)]) for _ in range(args.repeat)), key=lambda r: r["wall"])
+        rows.append(
+            {
+                "log": log.name,
+                "size_mb": size_mb,
+                "seconds": ours["wall"],
+                "mb_s": size_mb / ours["wall"],
+                "rss_mb": ours["rss_kb"] / 1024,
+                "grep_s": grep["wall"],
+                "ratio": ours["wall"] / grep["wall"],
+            }
+        )
+    small = [measure([*oomdoctor_cmd(), str(SMALL)])["wall"] for _ in range(7)]
+    imports = subprocess.run(
+        [sys.executable, "-c", "import sys, oomdoctor.cli, oomdoctor.diagnosis; print(' '.join(m for m in ('torch', 'pynvml') if m in sys.modules) or 'none')"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    ).stdout.strip()
+    print(f"{'log':24} {'MB':>8} {'s':>7} {'MB/s':>7} {'peak RSS MB':>12} {'grep -E s':>10} {'x grep':>7}")
+    for r in rows:
+        print(f"{r['log']:24} {r['size_mb']:8.0f} {r['seconds']:7.2f} {r['mb_s']:7.0f} {r['rss_mb']:12.1f} {r['grep_s']:10.2f} {r['ratio']:7.1f}")
+    print(f"small log ({SMALL.name}): median {statistics.median(small) * 1000:.0f} ms wall over {len(small)} runs")
+    print(f"heavy modules imported by the CLI path: {imports}")
+    print(f"cpu: {os.cpu_count()} cores visible; oomdoctor runs single-threaded")
+    targets = [
+        ("throughput >= 200 MB/s", all(r["mb_s"] >= 200 for r in rows)),
+        ("within 4x of grep -E", all(r["ratio"] <= 4 for r in rows)),
+        ("peak RSS < 150 MB", all(r["rss_mb"] < 150 for r in rows)),
+        ("small log < 250 ms", statistics.median(small) < 0.25),
+        ("no torch/pynvml import", imports == "none"),
+    ]
+    for name, ok in targets:
+        print(f"target {name}: {'met' if ok else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
