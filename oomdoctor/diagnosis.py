@@ -7,6 +7,7 @@ recommendations; the verdict is the last incident's finding whose fix comes firs
 from __future__ import annotations
 
 import os
+import re
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -166,25 +167,29 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
     return store.events()
 
 
-def _render_message(template: str, facts: Facts) -> str:
-    class _Fmt(dict):
-        def __missing__(self, key: str) -> str:
-            return "n/a"
+_PLACEHOLDER_RE = re.compile(r"\{(\w+)\}")
 
-    shown: dict[str, str] = {}
-    for name, value in facts.values.items():
+
+def _render_message(template: str, facts: Facts) -> str:
+    """Fill ``{fact_name}`` placeholders; nothing else in a rule's text is interpreted.
+
+    Not ``str.format``: a rule file from --rules must not reach attributes like ``{x.__class__}``.
+    """
+
+    def shown(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in facts.values:
+            return "n/a"
+        value = facts.values[name]
         if name.endswith("_bytes") and isinstance(value, (int, float)):
-            shown[name] = budget.describe(value)
-        elif isinstance(value, float):
-            shown[name] = f"{value:g}"
-        elif isinstance(value, tuple):
-            shown[name] = ", ".join(str(v) for v in value)
-        else:
-            shown[name] = str(value)
-    try:
-        return template.format_map(_Fmt(shown))
-    except (ValueError, IndexError, AttributeError):
-        return template
+            return budget.describe(value)
+        if isinstance(value, float):
+            return f"{value:g}"
+        if isinstance(value, tuple):
+            return ", ".join(str(v) for v in value)
+        return str(value)
+
+    return _PLACEHOLDER_RE.sub(shown, template)
 
 
 def _evidence_for(rule: Rule, used: set[str], facts: Facts) -> tuple[LineRef, ...]:

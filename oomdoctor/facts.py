@@ -261,6 +261,8 @@ def _torch_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
         for key in ("requested_bytes", "free_bytes", "capacity_bytes", "allocated_bytes", "reserved_unallocated_bytes", "private_pool_bytes", "allowed_bytes", "device"):
             f.set(key, oom.get(key), *refs)
         f.set("oom_backend", oom.get("backend"))
+        if oom.get("implausible"):
+            f.set("implausible_values", oom.get("implausible"), *refs)
         f.set("oom_wrapper", oom.get("wrapper"), ref)
         f.set("oom_exception", oom.get("exception"))
         f.set("oom_message_complete", oom.get("complete"))
@@ -351,7 +353,7 @@ def _sglang_error_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> No
     # An encoder OOM is a torch OOM in an encoder frame, or a caught per-request encoder failure
     # that coincides with an OOM message.
     encoder = f.get("oom_stage") == "encoder" or (f.get("encoder_request_failed") and (f.get("torch_oom") or f.get("driver_oom")))
-    f.set("encoder_oom", bool(encoder), f.ref("encoder_request_failed") or f.ref("oom_stage"))
+    f.set("encoder_oom", bool(encoder), f.ref("encoder_request_failed"), f.ref("oom_line") or f.ref("oom_stage"))
     if f.get("capture_failed") and f.get("capture_error_is_oom"):
         f.set("capture_oom", True, f.ref("capture_failed"), f.ref("torch_oom"))
     elif f.get("oom_stage") == "cuda_graph":

@@ -171,14 +171,18 @@ def _decoded_blocks(raw: BinaryIO, stats: InputStats) -> Iterator[bytes]:
         stats.warn(f"{kind} stream ends early (truncated file); diagnosed what was read")
 
 
-def _looks_binary(sample: bytes) -> bool:
-    if not sample:
-        return False
-    # Text logs hold almost no control bytes (a few ESC for colours, NUL runs from log rotation are
-    # stripped later); core dumps, pickles and images are full of them.
-    controls = sum(sample.count(bytes([b])) for b in (*range(1, 9), 11, 12, *range(14, 27), *range(28, 32)))
-    nuls = sample.count(b"\x00")
-    return controls / len(sample) > 0.10 or (nuls / len(sample) > 0.30 and nuls < len(sample))
+def _looks_binary(sample: bytes) -> bool | None:
+    """True for binary, False for text, None when the sample is all NUL (decide on later data).
+
+    NUL runs are what copytruncate log rotation leaves at the start of a log, so they are ignored;
+    of the rest, text logs hold almost no control bytes (a few ESC for colours) while core dumps,
+    pickles and images are full of them.
+    """
+    text = sample.replace(b"\x00", b"")
+    if len(text) < 256:
+        return None
+    controls = sum(text.count(bytes([b])) for b in (*range(1, 9), 11, 12, *range(14, 27), *range(28, 32)))
+    return controls / len(text) > 0.10
 
 
 def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:
@@ -191,11 +195,15 @@ def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:
         carry = b""
         skipping = False
         checked = False
+        seen_data = False
         for block in _decoded_blocks(raw, stats):
+            seen_data = True
             if not checked:
-                checked = True
-                if _looks_binary(block[:SNIFF_BYTES]):
-                    raise InputError(f"{stats.path}: looks like a binary file, not a text log")
+                verdict = _looks_binary(block[:SNIFF_BYTES])
+                if verdict is not None:
+                    checked = True
+                    if verdict:
+                        raise InputError(f"{stats.path}: looks like a binary file, not a text log")
             if skipping:
                 nl = block.find(b"\n")
                 if nl < 0:
@@ -218,7 +226,7 @@ def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:
                 yield carry[:MAX_LINE_BYTES].replace(b"\x00", b"") + b"\n"
                 carry = b""
                 skipping = True
-        if not checked:
+        if not seen_data:
             if stats.truncated:
                 raise InputError(f"{stats.path}: {stats.warnings[-1]}; no text before the damage")
             raise InputError(f"{stats.path}: empty input (0 bytes)")

@@ -128,14 +128,19 @@ _PHASE_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
-def _size(text: str | None) -> int | None:
+def _parse_size(text: str | None, implausible: list[str] | None = None) -> int | None:
     if not text:
         return None
     try:
         value = parse_size_bytes(text.replace(" ", ""))
     except UnitError:
         return None
-    return value if is_plausible_device_bytes(value) else None
+    if not is_plausible_device_bytes(value):
+        # NVML's NOT_AVAILABLE sentinel and misprints produce sizes no GPU has; flag, do not trust.
+        if implausible is not None:
+            implausible.append(text.strip())
+        return None
+    return value
 
 
 def classify_frames(frames: tuple[tuple[str, str], ...]) -> tuple[str, str | None]:
@@ -159,25 +164,30 @@ def classify_frames(frames: tuple[tuple[str, str], ...]) -> tuple[str, str | Non
 def parse_oom_message(text: str) -> dict:
     """Numbers of one (joined) allocator OOM message; absent clauses are simply missing keys."""
     values: dict = {}
+    bad: list[str] = []
+
+    def size(text: str | None) -> int | None:
+        return _parse_size(text, bad)
+
     m = _OOM_START_RE.search(text)
     values["backend"] = (m.group("backend") if m and m.group("backend") else "CUDA")
     requested = _REQUESTED_RE.search(text)
     if requested:
-        values["requested_bytes"] = _size(requested.group(1))
+        values["requested_bytes"] = size(requested.group(1))
     era2 = _ERA2_RE.search(text)
     era0 = _ERA0_RE.search(text)
     if era2:
         values["era"] = 2 if "capacity" in era2.group(0).replace(" ", "") else 1
         values["device"] = int(era2.group(1))
-        values["capacity_bytes"] = _size(era2.group(2))
-        values["free_bytes"] = _size(era2.group(3))
+        values["capacity_bytes"] = size(era2.group(2))
+        values["free_bytes"] = size(era2.group(3))
     elif era0:
         values["era"] = 0
         values["device"] = int(era0.group(1))
-        values["capacity_bytes"] = _size(era0.group(2))
-        values["free_bytes"] = _size(era0.group(4))
-        allocated = _size(era0.group(3))
-        reserved = _size(era0.group(6))
+        values["capacity_bytes"] = size(era0.group(2))
+        values["free_bytes"] = size(era0.group(4))
+        allocated = size(era0.group(3))
+        reserved = size(era0.group(6))
         if allocated is not None:
             values["allocated_bytes"] = allocated
         if reserved is not None:
@@ -185,10 +195,10 @@ def parse_oom_message(text: str) -> dict:
             if allocated is not None:
                 values["reserved_unallocated_bytes"] = max(reserved - allocated, 0)
         if era0.group(5):
-            values["allowed_bytes"] = _size(era0.group(5))
+            values["allowed_bytes"] = size(era0.group(5))
     processes: list[ProcessUsage] = []
     for pm in _PROCESS_RE.finditer(text):
-        used = _size(pm.group(2))
+        used = size(pm.group(2))
         if used is None:
             continue
         processes.append(ProcessUsage(pid=int(pm.group(1)) if pm.group(1) else None, used_bytes=used, is_self=pm.group(1) is None))
@@ -197,22 +207,24 @@ def parse_oom_message(text: str) -> dict:
     if "allowed_bytes" not in values:
         allowed = _ALLOWED_RE.search(text)
         if allowed:
-            values["allowed_bytes"] = _size(allowed.group(1))
+            values["allowed_bytes"] = size(allowed.group(1))
     allocated = _ALLOCATED_RE.search(text)
     if allocated:
-        values["allocated_bytes"] = _size(allocated.group(1))
+        values["allocated_bytes"] = size(allocated.group(1))
     private = _PRIVATE_RE.search(text)
     if private:
-        values["private_pool_bytes"] = _size(private.group(1))
+        values["private_pool_bytes"] = size(private.group(1))
     unallocated = _UNALLOCATED_RE.search(text)
     if unallocated:
-        values["reserved_unallocated_bytes"] = _size(unallocated.group(1))
+        values["reserved_unallocated_bytes"] = size(unallocated.group(1))
     for name, pattern in _WRAPPERS:
         wm = pattern.search(text)
         if wm:
             values["wrapper"] = wm.group(1) if name == "marked" else name
             break
     values["complete"] = bool(_OOM_COMPLETE_RE.search(text))
+    if bad:
+        values["implausible"] = tuple(bad)
     return {k: v for k, v in values.items() if v is not None}
 
 

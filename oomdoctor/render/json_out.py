@@ -61,6 +61,7 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
             "budget": d.budget,
             "incidents": incidents,
             "not_evaluated": d.not_evaluated,
+            "implausible_values": list(d.facts.get("implausible_values", ())) if d.facts else [],
             "inputs": [
                 {
                     "path": s.path,

@@ -71,6 +71,8 @@ def render(d: Diagnosis) -> str:
         out.append("not evaluated (missing evidence):")
         for item in d.not_evaluated:
             out.append(f"  {item['rule']}: {', '.join(item['missing'])}")
+    if d.facts is not None and d.facts.get("implausible_values"):
+        out.append(f"note: ignored implausible sizes in the OOM message: {', '.join(d.facts.get('implausible_values'))}")
     for s in d.inputs:
         for w in s.warnings:
             out.append(f"note: {s.path}: {w}")
