@@ -51,32 +51,67 @@ def _load_rules(rules_dirs: tuple[str, ...]):
 
 @cli.command(help=f"Diagnose server logs (files, .gz/.bz2/.xz, directories, or - for stdin).\n\n{EXIT_CODES_HELP}")
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format.")
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), help="Write the report to this file instead of stdout.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text", show_default=True, help="Output format.")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Write the report to this file instead of stdout.")
+@click.option("--bundle", "bundle", type=click.Path(dir_okay=False), help="Also write a zip: report.html, summary.md, diagnosis.json and the redacted inputs.")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(), help="Extra directory of *.toml rules (repeatable).")
 @click.option("--system", type=click.Choice(["auto", "sglang", "vllm", "torch"]), default="auto", show_default=True, help="Override the serving system detected from the log.")
-def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, rules_dirs: tuple[str, ...], system: str) -> None:
+@click.option("--no-redact", is_flag=True, help="Keep secrets (API keys, tokens, passwords) in the output; redaction is on by default.")
+def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool) -> None:
     from oomdoctor.diagnosis import diagnose as run_diagnosis
+    from oomdoctor.view import build_view
 
     rules = _load_rules(rules_dirs)
     result = run_diagnosis(list(paths), rules, system=None if system == "auto" else system)
-    if fmt == "json":
-        from oomdoctor.render import json_out as renderer
-    else:
-        from oomdoctor.render import text as renderer  # type: ignore[no-redef]
-    report = renderer.render(result)
+    view = build_view(result, redact=not no_redact)
+    docs = {r.id: r.docs for r in rules}
+    report = _render(fmt, view, docs, not no_redact)
     for stats in result.inputs:
         for warning in stats.warnings:
             click.echo(f"oomdoctor: warning: {stats.path}: {warning}", err=True)
     if output:
-        try:
-            with open(output, "w", encoding="utf-8") as fh:
-                fh.write(report)
-        except OSError as exc:
-            raise OomdoctorError(f"{output}: cannot write ({exc.strerror or exc})", ExitCode.BAD_INPUT) from None
+        _write(output, report)
     else:
         click.echo(report, nl=False)
+    if bundle:
+        from oomdoctor.bundle import write_bundle
+
+        html = report if fmt == "html" else _render("html", view, docs, not no_redact)
+        md = report if fmt == "markdown" else _render("markdown", view, docs, not no_redact)
+        js = report if fmt == "json" else _render("json", view, docs, not no_redact)
+        try:
+            notes = write_bundle(bundle, html, md, js, [s.path for s in result.inputs], redact=not no_redact)
+        except OSError as exc:
+            raise OomdoctorError(f"{bundle}: cannot write ({exc.strerror or exc})", ExitCode.BAD_INPUT) from None
+        for note in notes:
+            click.echo(f"oomdoctor: warning: bundle: {note}", err=True)
     sys.exit(int(ExitCode.OOM_DIAGNOSED if result.oom else ExitCode.NO_OOM))
+
+
+def _render(fmt: str, view: dict, docs: dict, redacted: bool) -> str:
+    if fmt == "json":
+        from oomdoctor.render import json_out
+
+        return json_out.render(view)
+    if fmt == "markdown":
+        from oomdoctor.render import markdown
+
+        return markdown.render(view)
+    if fmt == "html":
+        from oomdoctor.render import html
+
+        return html.render(view, docs, redacted)
+    from oomdoctor.render import text
+
+    return text.render(view)
+
+
+def _write(path: str, content: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(content)
+    except OSError as exc:
+        raise OomdoctorError(f"{path}: cannot write ({exc.strerror or exc})", ExitCode.BAD_INPUT) from None
 
 
 @cli.group(cls=_Group, help="List, explain and check the rule catalogue.")

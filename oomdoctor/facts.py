@@ -243,7 +243,10 @@ def _torch_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
     ooms = [events[i] for i in oom_idx if events[i].kind == tt.KIND_OOM]
     drivers = [events[i] for i in oom_idx if events[i].kind == tt.KIND_DRIVER_OOM]
     hosts = [e for e in events if e.kind == tt.KIND_HOST_OOM]
-    f.set("torch_oom", bool(ooms), ooms[-1].ref if ooms else None)
+    # Every rank reports its own OOM; cite them all (a few), the first one decides the numbers.
+    f.set("torch_oom", bool(ooms), *[e.ref for e in ooms[:8]])
+    if ooms:
+        f.set("oom_rank", ooms[0].rank or "GPU")
     f.set("driver_oom", bool(drivers), drivers[-1].ref if drivers else None)
     strong_host = [e for e in hosts if e.get("strength") == "strong"]
     f.set("host_oom", bool(strong_host), strong_host[-1].ref if strong_host else None)

@@ -205,9 +205,17 @@ def load_rule_file(path: Path, known_advice: Iterable[str] | None = None) -> Rul
 
 
 def builtin_rule_paths() -> list[Path]:
-    """The rule files shipped inside the package."""
-    root = resources.files("oomdoctor.rules")
-    return sorted((Path(str(p)) for p in root.iterdir() if p.name.endswith(".toml")), key=lambda p: p.name)
+    """The rule files shipped inside the package (``rules/`` installed as ``oomdoctor.rules``).
+
+    Run from a source checkout without installing, the package is the bare ``oomdoctor/`` folder and
+    the catalogue is the ``rules/`` folder beside it.
+    """
+    try:
+        root = resources.files("oomdoctor.rules")
+        paths = [Path(str(p)) for p in root.iterdir() if p.name.endswith(".toml")]
+    except ModuleNotFoundError:
+        paths = list((Path(__file__).resolve().parent.parent / "rules").glob("*.toml"))
+    return sorted(paths, key=lambda p: p.name)
 
 
 def load_rules(extra_dirs: Iterable[str] = (), known_advice: Iterable[str] | None = None, builtin: bool = True) -> list[Rule]:

@@ -79,5 +79,7 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
     )
 
 
-def render(d: Diagnosis) -> str:
-    return json.dumps(to_dict(d), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+def render(view: dict) -> str:
+    """The contract part of the view model (everything but the report's drawing data)."""
+    data = {k: v for k, v in view.items() if k != "report"}
+    return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"

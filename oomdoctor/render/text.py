@@ -2,78 +2,78 @@
 
 from __future__ import annotations
 
-from oomdoctor.advice import Recommendation, format_value
-from oomdoctor.diagnosis import Diagnosis, Finding
+from typing import Any
+
 from oomdoctor.units import format_bytes
 
 
-def _value(step_value: object, step: str) -> str:
-    if isinstance(step_value, int) and not isinstance(step_value, bool) and abs(step_value) >= 1 << 20 and "token" not in step:
-        return format_bytes(step_value)
-    if isinstance(step_value, float):
-        return f"{step_value:g}"
-    return str(step_value)
+def _value(value: Any, step: str) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1 << 20 and "token" not in step:
+        return format_bytes(value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
-def _recommendation(r: Recommendation) -> list[str]:
-    if r.value is None:
-        head = f"  {r.direction} {r.flag}"
-    elif r.current is not None:
-        head = f"  {r.direction} {r.flag} from {format_value(r.current)} to {format_value(r.value)}"
-    else:
-        head = f"  {r.direction} {r.flag} {'=' if r.direction == 'set' else 'to'} {format_value(r.value)}"
-    lines = [head, f"    why: {r.why}"]
-    for s in r.derivation:
-        lines.append(f"    - {s.step}: {s.formula} -> {_value(s.value, s.step)}")
-    return lines
+def fmt(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _finding(f: Finding, primary: bool) -> list[str]:
-    lines = [f"{'VERDICT' if primary else 'also'}: {f.klass} (confidence {f.confidence:.2f}, rule {f.rule_id or '-'})", f"  {f.message}"]
-    if f.recommendations:
+def recommendation_head(r: dict) -> str:
+    if r["value"] is None:
+        return f"{r['direction']} {r['flag']}"
+    if r.get("current") is not None:
+        return f"{r['direction']} {r['flag']} from {fmt(r['current'])} to {fmt(r['value'])}"
+    return f"{r['direction']} {r['flag']} {'=' if r['direction'] == 'set' else 'to'} {fmt(r['value'])}"
+
+
+def _finding(f: dict, primary: bool) -> list[str]:
+    lines = [f"{'VERDICT' if primary else 'also'}: {f['class']} (confidence {f['confidence']:.2f}, rule {f['rule'] or '-'})", f"  {f['message']}"]
+    if f["recommendations"]:
         lines.append(" change:")
-        for r in f.recommendations:
-            lines.extend(_recommendation(r))
-    for p in f.extra.get("processes", []):
+        for r in f["recommendations"]:
+            lines.append(f"  {recommendation_head(r)}")
+            lines.append(f"    why: {r['why']}")
+            for s in r["derivation"]:
+                lines.append(f"    - {s['step']}: {s['formula']} -> {_value(s['value'], s['step'])}")
+    for p in f.get("processes", []):
         who = "the server itself" if p["is_self"] else "another process"
         lines.append(f"  process {p['pid'] if p['pid'] is not None else '(this process)'}: {format_bytes(p['used_bytes'])} ({who})")
-    if f.evidence:
+    if f["evidence"]:
         lines.append(" evidence:")
-        for ref in f.evidence:
-            rank = f" [{ref.rank}]" if ref.rank else ""
-            text = ref.text if len(ref.text) <= 160 else ref.text[:157] + "..."
-            lines.append(f"  {ref.path}:{ref.line}{rank}: {text}")
+        for ref in f["evidence"]:
+            rank = f" [{ref['rank']}]" if ref["rank"] else ""
+            text = ref["text"] if len(ref["text"]) <= 160 else ref["text"][:157] + "..."
+            lines.append(f"  {ref['path']}:{ref['line']}{rank}: {text}")
     return lines
 
 
-def render(d: Diagnosis) -> str:
+def render(view: dict) -> str:
     out: list[str] = []
-    if not d.findings:
-        out.append(f"VERDICT: none - {d.summary}")
-    for i, f in enumerate(d.findings):
+    if not view["findings"]:
+        out.append(f"VERDICT: none - {view['verdict']['summary']}")
+    for i, f in enumerate(view["findings"]):
         out.extend(_finding(f, i == 0))
         out.append("")
-    b = d.budget
+    b = view["budget"]
     if any(k in b for k in ("pre_bytes", "kv_budget_bytes", "capacity_bytes")):
         out.append("budget:")
         for key in ("likely_gpu", "capacity_bytes", "pre_bytes", "post_bytes", "weights_bytes", "mem_fraction_static", "kv_budget_bytes", "dynamic_region_bytes", "kv_tokens", "sglang_autotune_mfs"):
             if key in b:
                 value = b[key]
-                shown = format_bytes(value) if key.endswith("_bytes") else (f"{value:g}" if isinstance(value, float) else str(value))
+                shown = format_bytes(value) if key.endswith("_bytes") else fmt(value)
                 out.append(f"  {key}: {shown}")
-    if len(d.incidents) > 1:
+    if len(view["incidents"]) > 1:
         out.append("incidents (oldest first):")
-        for inc in d.incidents:
-            ref = inc.facts.first_line
-            where = f"{ref.path}:{ref.line}" if ref else "?"
-            out.append(f"  run {inc.run} at {where}: {inc.primary.klass}")
-    if d.not_evaluated and d.findings and d.findings[0].klass == "unknown_oom":
+        for inc in view["incidents"]:
+            out.append(f"  run {inc['run']} at {inc['path']}:{inc['first_line']}: {inc['class']}")
+    if view["findings"] and view["findings"][0]["class"] == "unknown_oom" and view["not_evaluated"]:
         out.append("not evaluated (missing evidence):")
-        for item in d.not_evaluated:
+        for item in view["not_evaluated"]:
             out.append(f"  {item['rule']}: {', '.join(item['missing'])}")
-    if d.facts is not None and d.facts.get("implausible_values"):
-        out.append(f"note: ignored implausible sizes in the OOM message: {', '.join(d.facts.get('implausible_values'))}")
-    for s in d.inputs:
-        for w in s.warnings:
-            out.append(f"note: {s.path}: {w}")
+    if view.get("implausible_values"):
+        out.append(f"note: ignored implausible sizes in the OOM message: {', '.join(view['implausible_values'])}")
+    for s in view["inputs"]:
+        for w in s["warnings"]:
+            out.append(f"note: {s['path']}: {w}")
     return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,60 @@
+"""`--bundle out.zip`: the report, the summary, the JSON and the (redacted) inputs in one attachment.
+
+GitHub issues do not take .html files but do take .zip; every input is decompressed, redacted line
+by line (unless --no-redact) and capped at MAX_INPUT_BYTES so the archive stays attachable.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+
+from oomdoctor.inputs import InputStats, iter_line_chunks
+from oomdoctor.redact import redact_text
+
+MAX_INPUT_BYTES = 64 << 20
+
+
+def _arcname(path: str, used: set[str]) -> str:
+    base = os.path.basename(path) or "stdin.log"
+    for suffix in (".gz", ".bz2", ".xz"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+    name, n = f"inputs/{base}", 1
+    while name in used:
+        n += 1
+        name = f"inputs/{n}-{base}"
+    used.add(name)
+    return name
+
+
+def write_bundle(out_path: str, html: str, markdown: str, json_text: str, input_paths: list[str], redact: bool = True) -> list[str]:
+    """Write the zip; returns notes about inputs that were left out or cut."""
+    notes: list[str] = []
+    used: set[str] = set()
+    with zipfile.ZipFile(out_path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("report.html", html)
+        zf.writestr("summary.md", markdown)
+        zf.writestr("diagnosis.json", json_text)
+        for path in input_paths:
+            if path in ("-", "<stdin>"):
+                notes.append("stdin was not kept; save it to a file to bundle it")
+                continue
+            name = _arcname(path, used)
+            written = 0
+            stats = InputStats(path=path)
+            with zf.open(name, "w") as fh:
+                for chunk in iter_line_chunks(path, stats):
+                    text = chunk.decode("utf-8", "replace")
+                    if redact:
+                        text = "".join(redact_text(line) for line in text.splitlines(keepends=True))
+                    data = text.encode("utf-8")
+                    if written + len(data) > MAX_INPUT_BYTES:
+                        notes.append(f"{path}: only the first {MAX_INPUT_BYTES >> 20} MiB are in the bundle")
+                        break
+                    fh.write(data)
+                    written += len(data)
+        readme = "oomdoctor bundle: report.html (open in a browser), summary.md (paste into an issue), diagnosis.json, inputs/.\n"
+        readme += ("Inputs are redacted.\n" if redact else "Inputs are NOT redacted (--no-redact).\n") + "".join(f"note: {n}\n" for n in notes)
+        zf.writestr("README.txt", readme)
+    return notes

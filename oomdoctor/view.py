@@ -1,0 +1,415 @@
+"""The one view model every renderer reads: the JSON contract plus what the reports draw.
+
+``build_view`` turns a Diagnosis into plain data (dicts, lists, numbers, strings), adds the report's
+charts and tables under ``report``, and redacts secrets from every string, before any renderer sees it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oomdoctor import budget
+from oomdoctor.diagnosis import Diagnosis
+from oomdoctor.facts import Facts
+from oomdoctor.parsers import sglang as sg
+from oomdoctor.parsers import torch_oom as tt
+from oomdoctor.parsers import vllm as vl
+from oomdoctor.redact import redact_obj
+from oomdoctor.render.json_out import to_dict
+from oomdoctor.units import GIB, floor_to
+
+# Segment kinds of a GPU bar, in drawing order, with their legend labels.
+SEGMENTS = (
+    ("context", "CUDA context / NCCL / before start"),
+    ("weights", "weights"),
+    ("kv", "KV cache pool"),
+    ("graphs", "CUDA graphs"),
+    ("dynamic", "dynamic reserve (activations)"),
+    ("torch_other", "PyTorch, other"),
+    ("other", "other processes"),
+    ("free", "free"),
+)
+
+
+def build_view(d: Diagnosis, redact: bool = True) -> dict[str, Any]:
+    data = to_dict(d)
+    data["report"] = _report(d)
+    return redact_obj(data) if redact else data
+
+
+def _report(d: Diagnosis) -> dict[str, Any]:
+    f = d.facts
+    report: dict[str, Any] = {
+        "flags": _flag_block(d),
+        "gpus": [],
+        "recommended_gpu": None,
+        "timeline": {},
+        "what_if": None,
+        "unchecked": _unchecked(d),
+        "environment": _environment(f),
+        "segments": [{"kind": k, "label": label} for k, label in SEGMENTS],
+    }
+    if f is None:
+        return report
+    system = f.get("system")
+    if system == "vllm":
+        report["gpus"] = _vllm_bars(f)
+    elif system == "torch" or f.get("pre_bytes") is None:
+        report["gpus"] = _torch_bars(f)
+    else:
+        report["gpus"] = _sglang_bars(f) or _torch_bars(f)
+    if not report["gpus"]:
+        report["gpus"] = _token_pool_bar(f)
+    report["recommended_gpu"] = _recommended_bar(d, f)
+    report["timeline"] = _timeline(f)
+    report["what_if"] = _what_if(d, f)
+    return report
+
+
+def _flag_block(d: Diagnosis) -> str:
+    lines: list[str] = []
+    seen: set[str] = set()
+    for finding in d.findings[:1]:
+        for r in finding.recommendations:
+            if r.value is None or r.flag in seen:
+                continue
+            seen.add(r.flag)
+            if r.flag.startswith("--"):
+                value = "" if r.value is True else f" {r.value}"
+                lines.append(f"{r.flag}{value}")
+            elif r.flag.isupper():
+                lines.append(f"export {r.flag}={r.value}")
+            else:
+                lines.append(f"# in your script: {r.flag} = {r.value}")
+    return "\n".join(lines)
+
+
+def _segments(**values: int | None) -> list[dict[str, Any]]:
+    return [{"kind": k, "label": label, "bytes": int(values[k])} for k, label in SEGMENTS if values.get(k) and values[k] > 0]
+
+
+def _per_rank(f: Facts, kind: str, key: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in f.events:
+        if e.kind == kind and e.get(key) is not None:
+            out.setdefault(e.rank or "GPU", e.get(key))
+    return out
+
+
+def _sglang_bars(f: Facts, mfs: float | None = None) -> list[dict[str, Any]]:
+    pres = _per_rank(f, sg.KIND_LOAD_BEGIN, "avail_bytes")
+    posts = _per_rank(f, sg.KIND_LOAD_END, "avail_bytes")
+    kvs = _per_rank(f, sg.KIND_KV_ALLOCATED, "kv_bytes")
+    graphs = _per_rank(f, sg.KIND_GRAPH_END, "mem_usage_bytes")
+    y = mfs if mfs is not None else f.get("mem_fraction_static")
+    capacity = f.get("capacity_bytes")
+    oom_rank = f.get("oom_rank")
+    bars = []
+    for rank in sorted(pres) or [None]:
+        pre = pres.get(rank, f.get("pre_bytes")) if rank else f.get("pre_bytes")
+        post = posts.get(rank, f.get("post_bytes")) if rank else f.get("post_bytes")
+        if pre is None or post is None or y is None:
+            continue
+        total = capacity or _card_for(pre)
+        weights = pre - post
+        dynamic = budget.sglang_dynamic_region_bytes(pre, y)
+        kv_budget = post - dynamic
+        kv = kvs.get(rank, max(kv_budget, 0)) if mfs is None else max(kv_budget, 0)
+        graph = graphs.get(rank, 0) if mfs is None else f.get("cuda_graph_bytes", 0)
+        other = f.get("foreign_process_bytes", 0) if (rank == oom_rank or len(pres) <= 1) else 0
+        context = max(total - pre - other, 0)
+        used = context + weights + kv + dynamic + other
+        bar = {
+            "name": rank or "GPU",
+            "total_bytes": total,
+            "total_assumed": capacity is None,
+            "segments": _segments(context=context, weights=weights, kv=kv, graphs=min(graph, dynamic), dynamic=dynamic - min(graph, dynamic), other=other, free=max(total - used, 0)),
+            "kv_budget_bytes": kv_budget,
+            "mfs": y,
+        }
+        if mfs is None and (rank == oom_rank or len(pres) <= 1) and f.get("requested_bytes") is not None:
+            bar["request"] = {"requested_bytes": f.get("requested_bytes"), "free_bytes": f.get("free_bytes")}
+        bars.append(bar)
+    return bars
+
+
+def _card_for(pre: int) -> int:
+    from oomdoctor.gpus import smallest_card_holding
+
+    card = smallest_card_holding(pre)
+    return card[1] if card else pre
+
+
+def _vllm_bars(f: Facts, util: float | None = None) -> list[dict[str, Any]]:
+    total, u = f.get("capacity_bytes"), util if util is not None else f.get("gpu_memory_utilization")
+    if not total or u is None:
+        return _torch_bars(f)
+    weights = f.get("weights_bytes", 0)
+    non_kv = f.get("non_kv_bytes", weights)
+    act = max(non_kv - weights, 0)
+    kv = max(budget.vllm_kv_budget_bytes(total, u, non_kv), 0)
+    graphs = f.get("cuda_graph_bytes", 0) or 0
+    other = f.get("foreign_process_bytes", 0) or 0
+    if f.get("startup_free_deficit_bytes") and f.get("free_at_start_bytes") is not None:
+        other = max(total - f.get("free_at_start_bytes") - 600 * 1024 * 1024, 0)
+    outside = max(total - round(total * u) - other - max(graphs, 0), 0)
+    bar = {
+        "name": "GPU",
+        "total_bytes": total,
+        "total_assumed": False,
+        "segments": _segments(weights=weights, dynamic=act, kv=kv, graphs=max(graphs, 0), other=other, context=0, free=outside),
+        "kv_budget_bytes": budget.vllm_kv_budget_bytes(total, u, non_kv),
+        "mfs": u,
+    }
+    if util is None and f.get("requested_bytes") is not None:
+        bar["request"] = {"requested_bytes": f.get("requested_bytes"), "free_bytes": f.get("free_bytes")}
+    return [bar]
+
+
+def _torch_bars(f: Facts) -> list[dict[str, Any]]:
+    total = f.get("capacity_bytes")
+    if not total:
+        return []
+    allocated = f.get("allocated_bytes", 0) or 0
+    unalloc = f.get("reserved_unallocated_bytes", 0) or 0
+    this = f.get("this_process_bytes")
+    non_torch = max(this - allocated - unalloc, 0) if this else 0
+    other = f.get("foreign_process_bytes", 0) or 0
+    free = f.get("free_bytes", 0) or 0
+    known = allocated + unalloc + non_torch + other + free
+    context = max(total - known, 0)
+    bar = {
+        "name": f"GPU {f.get('device', 0)}",
+        "total_bytes": total,
+        "total_assumed": False,
+        "segments": [
+            s
+            for s in (
+                {"kind": "weights", "label": "allocated by PyTorch", "bytes": allocated},
+                {"kind": "torch_other", "label": "reserved, unallocated (fragments)", "bytes": unalloc},
+                {"kind": "context", "label": "non-PyTorch (context, NCCL, cuBLAS) and unaccounted", "bytes": non_torch + context},
+                {"kind": "other", "label": "other processes", "bytes": other},
+                {"kind": "free", "label": "free", "bytes": free},
+            )
+            if s["bytes"] > 0
+        ],
+        "kv_budget_bytes": None,
+        "mfs": None,
+    }
+    if f.get("requested_bytes") is not None:
+        bar["request"] = {"requested_bytes": f.get("requested_bytes"), "free_bytes": free}
+    return [bar]
+
+
+def _token_pool_bar(f: Facts) -> list[dict[str, Any]]:
+    """For KV allocator failures: the token pool, in tokens, with the batch that did not fit."""
+    pool, available, wanted = f.get("kv_pool_tokens") or _summary_tokens(f), f.get("kv_available_tokens"), f.get("kv_requested_tokens")
+    if not pool or available is None:
+        return []
+    bar = {
+        "name": "KV token pool",
+        "unit": "tokens",
+        "total_bytes": pool,
+        "total_assumed": False,
+        "segments": [
+            {"kind": "kv", "label": "tokens held by running requests", "bytes": max(pool - available, 0)},
+            {"kind": "free", "label": "tokens available", "bytes": available},
+        ],
+        "kv_budget_bytes": None,
+        "mfs": None,
+    }
+    if wanted is not None:
+        bar["request"] = {"requested_bytes": wanted, "free_bytes": available}
+    return [bar]
+
+
+def _summary_tokens(f: Facts) -> int | None:
+    for e in f.events:
+        if e.kind == sg.KIND_SUMMARY:
+            return e.get("max_total_num_tokens")
+    return None
+
+
+def _recommended_value(d: Diagnosis, flag: str) -> float | None:
+    for finding in d.findings[:1]:
+        for r in finding.recommendations:
+            if r.flag == flag and isinstance(r.value, float):
+                return r.value
+    return None
+
+
+def _recommended_bar(d: Diagnosis, f: Facts) -> dict[str, Any] | None:
+    system = f.get("system")
+    if system == "sglang":
+        y = _recommended_value(d, "--mem-fraction-static")
+        bars = _sglang_bars(f, mfs=y) if y is not None else []
+    elif system == "vllm":
+        u = _recommended_value(d, "--gpu-memory-utilization")
+        bars = _vllm_bars(f, util=u) if u is not None else []
+    else:
+        bars = []
+    if not bars:
+        return None
+    worst = min(bars, key=lambda b: b["kv_budget_bytes"] if b["kv_budget_bytes"] is not None else 0)
+    worst["name"] = f"{worst['name']} at the recommended value"
+    return worst
+
+
+def _timeline(f: Facts) -> dict[str, list[dict[str, Any]]]:
+    steps = {
+        sg.KIND_LOAD_BEGIN: ("load begin", "avail_bytes"),
+        sg.KIND_LOAD_END: ("load end", "avail_bytes"),
+        sg.KIND_POOL_END: ("KV pool built", "avail_bytes"),
+        sg.KIND_GRAPH_BEGIN: ("graph capture begin", "avail_bytes"),
+        sg.KIND_GRAPH_BAR: ("capturing", "avail_bytes"),
+        sg.KIND_GRAPH_END: ("graph capture end", "avail_bytes"),
+        sg.KIND_SUMMARY: ("serving", "available_gpu_mem_bytes"),
+        tt.KIND_OOM: ("OOM", "free_bytes"),
+        vl.KIND_INITIAL_FREE: ("start", "free_at_start_bytes"),
+        vl.KIND_FREE_LESS: ("start", "free_at_start_bytes"),
+    }
+    series: dict[str, list[dict[str, Any]]] = {}
+    for e in f.events:
+        if e.kind not in steps:
+            continue
+        label, key = steps[e.kind]
+        value = e.get(key)
+        if value is None:
+            continue
+        rank = e.rank or "all"
+        points = series.setdefault(rank, [])
+        if e.kind == sg.KIND_GRAPH_BAR and points and points[-1]["label"] == "capturing":
+            points[-1] = {"label": label, "bytes": value, "line": e.ref.line}
+            continue
+        points.append({"label": label, "bytes": value, "line": e.ref.line})
+    # A rank without a tag (TP=1) and the untagged OOM line are the same GPU.
+    if "all" in series and len(series) == 2:
+        other = next(k for k in series if k != "all")
+        series[other] = sorted(series[other] + series.pop("all"), key=lambda p: p["line"])
+    return {k: v for k, v in sorted(series.items()) if len(v) >= 2}
+
+
+def _what_if(d: Diagnosis, f: Facts) -> dict[str, Any] | None:
+    system = f.get("system")
+    if system == "sglang" and f.get("pre_bytes") and f.get("post_bytes") is not None and f.get("mem_fraction_static") is not None:
+        pre, post, current = f.get("pre_bytes"), f.get("post_bytes"), f.get("mem_fraction_static")
+        rec = _recommended_value(d, "--mem-fraction-static")
+        low, high = f.get("min_viable_mfs"), f.get("max_safe_mfs")
+        values = _steps_between(current, rec)
+        rows = []
+        for y in values:
+            kv = budget.sglang_kv_budget_bytes(pre, post, y)
+            cell = f.get("cell_bytes")
+            rows.append(
+                {
+                    "value": y,
+                    "kv_bytes": kv,
+                    "kv_tokens": budget.kv_tokens(kv, cell) if cell else None,
+                    "headroom_bytes": budget.sglang_dynamic_region_bytes(pre, y),
+                    "feasible": bool(low is not None and high is not None and low <= y <= high),
+                    "current": abs(y - current) < 1e-9,
+                    "recommended": rec is not None and abs(y - rec) < 1e-9,
+                }
+            )
+        return {"flag": "--mem-fraction-static", "rows": rows, "window": [low, high]}
+    if system == "vllm" and f.get("capacity_bytes") and f.get("non_kv_bytes") is not None and f.get("gpu_memory_utilization") is not None:
+        total, non_kv, current = f.get("capacity_bytes"), f.get("non_kv_bytes"), f.get("gpu_memory_utilization")
+        rec = _recommended_value(d, "--gpu-memory-utilization")
+        low, high = f.get("min_viable_util"), f.get("max_safe_util")
+        rows = []
+        for u in _steps_between(current, rec):
+            kv = budget.vllm_kv_budget_bytes(total, u, non_kv)
+            cell = f.get("cell_bytes")
+            rows.append(
+                {
+                    "value": u,
+                    "kv_bytes": kv,
+                    "kv_tokens": budget.kv_tokens(kv, cell) if cell else None,
+                    "headroom_bytes": round(total * (1 - u)),
+                    "feasible": bool(low is not None and high is not None and low <= u <= high),
+                    "current": abs(u - current) < 1e-9,
+                    "recommended": rec is not None and abs(u - rec) < 1e-9,
+                }
+            )
+        return {"flag": "--gpu-memory-utilization", "rows": rows, "window": [low, high]}
+    return None
+
+
+def _steps_between(current: float, rec: float | None) -> list[float]:
+    """Current to recommended in 0.01-0.05 steps, and two steps beyond, within (0, 0.99]."""
+    target = rec if rec is not None else current
+    lo, hi = sorted((current, target))
+    step = 0.01 if hi - lo <= 0.06 else 0.05
+    values = {round(current, 3), round(target, 3)}
+    v = floor_to(lo, step)
+    while v <= hi + step * 2 + 1e-9:
+        if 0 < v <= 0.99:
+            values.add(round(v, 3))
+        v = round(v + step, 6)
+    v = lo - step
+    if 0 < v:
+        values.add(round(floor_to(v, step), 3))
+    return sorted(values)
+
+
+_COMMANDS = {
+    "capacity_bytes": ("the card's total memory", "nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv"),
+    "pre_bytes": ("free memory before weights (SGLang 'Load weight begin. avail mem')", "run the server with --log-level info and keep its startup lines"),
+    "post_bytes": ("free memory after weights (SGLang 'Load weight end. avail mem')", "run the server with --log-level info and keep its startup lines"),
+    "mem_fraction_static": ("the applied --mem-fraction-static", "keep the 'server_args=ServerArgs(...)' line of the log"),
+    "requested_bytes": ("the size of the failed allocation", "keep the whole 'CUDA out of memory. Tried to allocate ...' message"),
+    "free_bytes": ("free memory at the failure", "keep the whole 'CUDA out of memory' message"),
+    "oom_stage": ("where the allocation failed", "keep the traceback above the OOM ('Scheduler hit an exception' block)"),
+    "process_list": ("other processes on the GPU", "nvidia-smi --query-compute-apps=pid,used_memory --format=csv (or: oomdoctor collect -o bundle)"),
+    "shortfall_bytes": ("how much the allocation lacked", "keep the whole 'CUDA out of memory' message"),
+    "foreign_process_bytes": ("memory held by other processes", "nvidia-smi --query-compute-apps=pid,used_memory --format=csv"),
+    "gpu_memory_utilization": ("the applied --gpu-memory-utilization", "keep vLLM's 'non-default args' line"),
+    "foreign_process_count": ("other processes on the GPU", "nvidia-smi --query-compute-apps=pid,used_memory --format=csv (or: oomdoctor collect -o bundle)"),
+    "process_identity_known": ("other processes on the GPU", "nvidia-smi --query-compute-apps=pid,used_memory --format=csv (or: oomdoctor collect -o bundle)"),
+    "startup_foreign_bytes": ("memory in use before the server started", "nvidia-smi --query-gpu=memory.used --format=csv before launching"),
+    "reserved_unallocated_bytes": ("PyTorch's reserved-but-unallocated memory", "keep the whole 'CUDA out of memory' message (torch >= 2.1 prints it)"),
+    "weights_fit": ("whether the weights fit with room for KV", "keep the 'Load weight begin/end ... avail mem' lines"),
+    "startup_free_deficit_bytes": ("free memory at vLLM's start", "keep vLLM's startup lines"),
+    "non_kv_bytes": ("vLLM's memory profile", "VLLM_LOGGING_LEVEL=DEBUG shows 'Memory profiling takes ...'"),
+}
+
+
+def _unchecked(d: Diagnosis) -> list[dict[str, str]]:
+    missing: list[str] = []
+    for item in d.not_evaluated:
+        for name in item["missing"]:
+            if name not in missing:
+                missing.append(name)
+    f = d.facts
+    if f is not None:
+        for name in ("capacity_bytes", "process_list"):
+            if name not in f.values and name not in missing:
+                missing.append(name)
+    out: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for name in missing:
+        what, command = _COMMANDS.get(name, (name.replace("_", " "), "a fuller log (startup lines and the complete OOM message)"))
+        if what in seen:
+            continue
+        seen.add(what)
+        out.append({"fact": name, "what": what, "command": command})
+    return out
+
+
+def _environment(f: Facts | None) -> dict[str, Any]:
+    if f is None:
+        return {}
+    env = {
+        "system": f.get("system"),
+        "gpu": f.get("likely_gpu"),
+        "capacity_bytes": f.get("capacity_bytes"),
+        "model": f.get("model_path") or f.get("model_type"),
+        "tp_size": f.get("tp_size"),
+        "vllm_version": f.get("vllm_version"),
+        "torch_oom_message_era": None,
+    }
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def gib(n: int | float | None) -> str:
+    return "n/a" if n is None else f"{n / GIB:.2f}"
