@@ -114,6 +114,26 @@ def _write(path: str, content: str) -> None:
         raise OomdoctorError(f"{path}: cannot write ({exc.strerror or exc})", ExitCode.BAD_INPUT) from None
 
 
+@cli.command(
+    help="Snapshot the GPUs (NVML, else nvidia-smi; never a CUDA context) and their processes into a bundle "
+    "directory that `diagnose DIR` reads. Exit codes: 0 bundle with GPU evidence, 5 bundle written but GPU "
+    "evidence unavailable (no driver or GPU), 2 usage error, 1 internal error."
+)
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False), help="Bundle directory to write.")
+@click.option("--log", "logs", multiple=True, type=click.Path(), help="Log to copy into the bundle (repeatable).")
+@click.option("--no-redact", is_flag=True, help="Copy logs and command lines without redacting secrets.")
+def collect(out_dir: str, logs: tuple[str, ...], no_redact: bool) -> None:
+    from oomdoctor.collect import collect as run_collect
+
+    manifest, code = run_collect(out_dir, list(logs), redact=not no_redact)
+    n = len(manifest["gpus"])
+    procs = sum(len(g["processes"]) for g in manifest["gpus"] if isinstance(g["processes"], list))
+    click.echo(f"wrote {out_dir}/manifest.json: {n} GPU(s), {procs} process(es), {len(manifest['logs'])} log(s)")
+    if manifest["gpu_evidence"]["unavailable"]:
+        click.echo(f"oomdoctor: warning: GPU evidence unavailable: {manifest['gpu_evidence']['unavailable']}", err=True)
+    sys.exit(int(code))
+
+
 @cli.group(cls=_Group, help="List, explain and check the rule catalogue.")
 def rules() -> None:
     pass

@@ -12,7 +12,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from oomdoctor import __version__, advice, budget
+from oomdoctor import __version__, advice, budget, collected
 from oomdoctor.errors import InputError
 from oomdoctor.evidence import Event, LineRef
 from oomdoctor.facts import Facts, build_facts
@@ -334,9 +334,38 @@ def _autotune_view(facts: Facts) -> budget.Derived | None:
     return budget.Derived(auto.value, tuple(assumed) + (budget.Step("auto-tune era", "from the log's line formats", era),) + auto.steps)
 
 
+def _split_evidence(paths: list[str]) -> tuple[list[str], list[str]]:
+    """Log paths, and non-log evidence files (bundle manifests, memory_stats, snapshots, nvidia-smi)."""
+    logs: list[str] = []
+    evidence: list[str] = []
+    for path in paths:
+        if path != "-" and os.path.isdir(path) and collected.is_bundle_dir(path):
+            evidence.extend(collected.evidence_files(path))
+            logs.append(path)
+        elif path != "-" and os.path.isfile(path) and collected.is_evidence_file(path):
+            evidence.append(path)
+        else:
+            logs.append(path)
+    return logs, evidence
+
+
 def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> Diagnosis:
     """Read every input, find the incidents, and return the diagnosis; InputError if nothing was readable."""
-    found, errors = expand_paths(paths)
+    log_paths, evidence_paths = _split_evidence(paths)
+    gathered: list[dict[str, Any]] = []
+    evidence_errors: list[str] = []
+    for path in evidence_paths:
+        try:
+            gathered.append(collected.load(path))
+        except InputError as exc:
+            evidence_errors.append(str(exc))
+    if not log_paths:
+        if not gathered:
+            raise InputError(evidence_errors[0] if evidence_errors else "no input")
+        found, errors = [], []
+    else:
+        found, errors = expand_paths(log_paths)
+    errors = evidence_errors + errors
     stats_list: list[InputStats] = []
     per_input: list[list[Event]] = []
     for path in found:
@@ -347,6 +376,8 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
             errors.append(str(exc))
             continue
         stats_list.append(stats)
+    for item in gathered:
+        stats_list.append(InputStats(path=item["path"], kind=item["kind"]))
     if not stats_list:
         raise InputError(errors[0] if errors else "no input")
     for message in errors:
@@ -359,8 +390,8 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
     # When no event names the system (an OOM traceback alone), the line prefixes' style decides.
     hint = max(sorted(hints), key=lambda k: hints[k]) if hints else None
     incidents: list[Incident] = []
-    for run in runs:
-        facts = build_facts(run, system=system, hint=hint)
+    for i, run in enumerate(runs):
+        facts = build_facts(run, system=system, hint=hint, collected=gathered if i == len(runs) - 1 else ())
         if facts is not None:
             incidents.append(evaluate_incident(facts, rules))
     if incidents:
@@ -382,7 +413,7 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
             inputs=stats_list,
             facts=last.facts,
         )
-    last_facts = build_facts(runs[-1], force=True, system=system, hint=hint) if runs else None
+    last_facts = build_facts(runs[-1], force=True, system=system, hint=hint, collected=gathered) if runs else None
     return Diagnosis(
         verdict_class="none",
         verdict_confidence=0.9 if any(s.lines for s in stats_list) else 0.5,

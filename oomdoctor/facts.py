@@ -109,7 +109,9 @@ def detect_system(events: list[Event]) -> str:
     return "unknown"
 
 
-def build_facts(run: Run, force: bool = False, system: str | None = None, hint: str | None = None) -> Facts | None:
+def build_facts(
+    run: Run, force: bool = False, system: str | None = None, hint: str | None = None, collected: Any = ()
+) -> Facts | None:
     """Facts for the incident of one run, or None when the run shows no OOM (unless ``force``).
 
     ``system`` overrides the system detected from the log (the --system option); ``hint`` is the
@@ -146,6 +148,8 @@ def build_facts(run: Run, force: bool = False, system: str | None = None, hint: 
     _foreign_facts(f, events)
     if detected == "vllm":
         _vllm_facts(f, events, first_i)
+    if collected:
+        _collected_facts(f, list(collected))
     return f
 
 
@@ -612,3 +616,52 @@ def _vllm_window(f: Facts) -> None:
     cap = budget.vllm_max_safe_util(free, total) if free else budget.Derived(0.95, (Step("largest u (free memory at start unknown)", "vLLM's usual ceiling", 0.95),))
     f.set("max_safe_util", min(cap.value, 0.98), derivation=cap)
     f.set("weights_fit", needed.value <= min(cap.value, 0.98))
+
+
+def _collected_facts(f: Facts, items: list[dict[str, Any]]) -> None:
+    """GPU snapshots (collect / nvidia-smi) and allocator dumps (capture), merged into the incident."""
+    for item in items:
+        ref = LineRef(path=item["path"], line=0, text=f"{item['kind']} evidence")
+        if item["kind"] == "memory_stats":
+            for key, value in item.items():
+                if key not in ("kind", "path"):
+                    f.set(key, value, ref)
+        elif item["kind"] == "snapshot":
+            for key, value in item.items():
+                if key in ("kind", "path"):
+                    continue
+                f.set(key, tuple(value) if isinstance(value, list) else value, ref)
+            ooms = item.get("snapshot_ooms") or []
+            if ooms and "requested_bytes" not in f.values and ooms[-1].get("size"):
+                f.set("requested_bytes", int(ooms[-1]["size"]), ref)
+        elif item["kind"] == "gpus":
+            _collected_gpus(f, item, ref)
+
+
+def _collected_gpus(f: Facts, item: dict[str, Any], ref: LineRef) -> None:
+    gpus = item.get("gpus") or []
+    f.set("collected_gpus", len(gpus), ref)
+    foreign_bytes, foreign_pids, occupied = 0, [], 0
+    identity_known = True
+    for g in gpus:
+        procs = g.get("processes")
+        if not isinstance(procs, list):
+            identity_known = False
+            continue
+        servers = [p for p in procs if p.get("is_server")]
+        unknown = [p for p in procs if p.get("status") not in (None, "ok")]
+        if unknown:
+            identity_known = False
+        if not servers and procs and any(p.get("status") == "ok" for p in procs):
+            continue  # no server on this GPU: its tenants are not this incident's
+        others = [p for p in procs if not p.get("is_server") and p.get("status") == "ok"]
+        foreign_bytes += sum(p.get("used_bytes") or 0 for p in others)
+        foreign_pids += [p["pid"] for p in others]
+        if g.get("used_bytes") is not None and servers:
+            occupied = max(occupied, g["used_bytes"] - sum(p.get("used_bytes") or 0 for p in servers))
+        if "capacity_bytes" not in f.values and g.get("total_bytes") and servers:
+            f.set("capacity_bytes", g["total_bytes"], ref)
+    f.set("collected_foreign_process_bytes", foreign_bytes, ref)
+    f.set("collected_foreign_pids", tuple(foreign_pids), ref)
+    f.set("collected_process_identity_known", identity_known, ref)
+    f.set("collected_other_used_bytes", occupied, ref)

@@ -17,7 +17,13 @@ from oomdoctor.rule_engine import load_rules
 
 from conftest import FIXTURES, REPO
 
-CASES = sorted(p for p in FIXTURES.glob("*/*") if p.name.endswith((".log", ".log.gz")))
+# A case is a log (plain or gzip) or a bundle directory (pos_*/neg_*) that `collect` or `capture` wrote.
+CASES = sorted(p for p in FIXTURES.glob("*/*") if p.name.endswith((".log", ".log.gz")) or (p.is_dir() and p.name.startswith(("pos_", "neg_"))))
+
+
+def _text(path: Path) -> str:
+    files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
+    return "".join(f.read_bytes()[:4000].decode("latin-1") for f in files)
 ALL_RULES = load_rules(known_advice=known_advice())
 
 
@@ -69,10 +75,10 @@ def test_rule_alone(path: Path) -> None:
 def test_every_rule_has_positive_and_negative_fixture() -> None:
     for rule in ALL_RULES:
         folder = FIXTURES / rule.id
-        names = [p.name for p in folder.glob("*.log*") if not p.name.endswith(".toml")]
+        names = [p.name for p in folder.iterdir() if not p.name.endswith(".toml")]
         assert any(n.startswith("pos_") for n in names), f"{rule.id}: no positive fixture"
         assert any(n.startswith("neg_") for n in names), f"{rule.id}: no near-miss negative fixture"
-        assert (REPO / rule.docs["example"]).is_file(), f"{rule.id}: docs.example does not exist"
+        assert (REPO / rule.docs["example"]).exists(), f"{rule.id}: docs.example does not exist"
 
 
 def test_sglang_classes_have_three_positives_over_two_eras() -> None:
@@ -84,7 +90,7 @@ def test_sglang_classes_have_three_positives_over_two_eras() -> None:
     for klass in ("startup_kv", "weights_dont_fit", "cuda_graph", "runtime_activation", "encoder_starvation", "foreign_process", "fragmentation", "kv_exhaustion"):
         cases = by_class.get(klass, [])
         assert len(cases) >= 3, f"{klass}: {len(cases)} positive fixtures"
-        years = {y for p in cases for y in ("2023", "2024", "2025", "2026") if y in p.read_bytes()[:4000].decode("latin-1") or y in p.name}
+        years = {y for p in cases for y in ("2023", "2024", "2025", "2026") if y in _text(p) or y in p.name}
         assert len(years) >= 2, f"{klass}: eras {years}"
 
 
@@ -104,7 +110,7 @@ def test_vllm_classes_have_three_positives_over_v0_and_v1_and_a_negative() -> No
     for klass in ("startup_kv", "weights_dont_fit", "foreign_process", "cuda_graph", "runtime_activation", "encoder_starvation", "fragmentation", "host_oom"):
         cases = by_class.get(klass, [])
         assert len(cases) >= 3, f"vllm {klass}: {len(cases)} positive fixtures"
-        text = "".join(p.read_text(errors="replace") for p in cases)
+        text = "".join(_text(p) for p in cases)
         v1 = "V1 LLM engine" in text or "(EngineCore" in text or "(APIServer" in text or "(Worker_" in text or "(VllmWorker rank=" in text
         v0 = "Initializing an LLM engine" in text or "VllmWorkerProcess" in text or " llm_engine.py:" in text or "[rank0]:" in text
         assert v1 and v0, f"vllm {klass}: formats V1={v1} V0={v0}"

@@ -1,0 +1,104 @@
+"""`oomdoctor collect`: a live snapshot of the GPUs and their processes, into a bundle directory.
+
+Never creates a CUDA context (NVML or nvidia-smi only, no torch import) and works on a machine
+without a GPU: what could not be read is written down with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from oomdoctor import __version__, procinfo
+from oomdoctor.errors import ExitCode, InputError
+from oomdoctor.inputs import InputStats, iter_line_chunks
+from oomdoctor.nvml import Nvml
+from oomdoctor.redact import redact_text
+from oomdoctor.smi import run_nvidia_smi
+
+BUNDLE_KIND = "oomdoctor-bundle"
+BUNDLE_VERSION = 1
+
+
+def collect(
+    out_dir: str,
+    logs: list[str] = (),  # type: ignore[assignment]
+    nvml_module: Any = None,
+    psutil_module: Any = "auto",
+    proc_root: str = "/proc",
+    env: dict[str, str] | None = None,
+    smi: Any = run_nvidia_smi,
+    redact: bool = True,
+    now: float | None = None,
+    containerized: bool | None = None,
+    hostname: str | None = None,
+) -> tuple[dict[str, Any], ExitCode]:
+    """Write ``out_dir/manifest.json`` (and copies of ``logs``); return the manifest and the exit code."""
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{out_dir}: cannot create the bundle directory ({exc.strerror or exc})") from None
+    env = dict(os.environ if env is None else env)
+    if psutil_module == "auto":
+        try:
+            import psutil as psutil_module  # noqa: PLC0415
+        except ImportError:
+            psutil_module = None
+    nvml = Nvml(nvml_module)
+    source, unavailable, gpus = None, None, []
+    if nvml.start():
+        gpus = nvml.gpus()
+        nvml.stop()
+        source = "nvml"
+    else:
+        smi_gpus, reason = smi() if smi else (None, "nvidia-smi fallback disabled")
+        if smi_gpus is not None:
+            gpus, source = smi_gpus, "nvidia-smi"
+        else:
+            unavailable = f"{nvml.available.reason if nvml.available is not None else 'NVML unavailable'}; {reason}"
+    if containerized is None:
+        containerized = procinfo.in_container(proc_root)
+    nspids = procinfo.nspid_map(proc_root)
+    gpu_json = []
+    for g in gpus:
+        item = g.to_json()
+        if isinstance(item["processes"], list):
+            item["processes"] = [{**p, **procinfo.describe(p["pid"], psutil_module, proc_root, containerized, nspids)} for p in item["processes"]]
+        gpu_json.append(item)
+    copied = []
+    for log in logs:
+        copied.append(_copy_log(log, out / "logs", redact))
+    manifest = {
+        "kind": BUNDLE_KIND,
+        "bundle_version": BUNDLE_VERSION,
+        "tool": {"name": "oomdoctor", "version": __version__},
+        "created_unix": round(now if now is not None else time.time(), 3),
+        "host": {"hostname": hostname or socket.gethostname(), "containerized": containerized, "visible_devices": procinfo.visible_devices(env)},
+        "gpu_evidence": {"source": source, "unavailable": unavailable, "errors": nvml.errors},
+        "gpus": gpu_json,
+        "logs": copied,
+        "redacted": redact,
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest, (ExitCode.NO_OOM if unavailable is None else ExitCode.BAD_INPUT)
+
+
+def _copy_log(path: str, dest: Path, redact: bool) -> str:
+    dest.mkdir(parents=True, exist_ok=True)
+    name = os.path.basename(path).removesuffix(".gz").removesuffix(".bz2").removesuffix(".xz") or "log"
+    if not name.endswith((".log", ".txt", ".out", ".err")):
+        name += ".log"
+    target = dest / name
+    stats = InputStats(path=path)
+    with open(target, "wb") as fh:
+        for chunk in iter_line_chunks(path, stats):
+            text = chunk.decode("utf-8", "replace")
+            if redact:
+                text = "".join(redact_text(line) for line in text.splitlines(keepends=True))
+            fh.write(text.encode("utf-8"))
+    return f"logs/{name}"

@@ -1,0 +1,76 @@
+"""Evidence that is not a log: oomdoctor bundles, nvidia-smi CSV/XML, memory_stats JSON, snapshot pickles.
+
+Each loader turns one file into a plain dict of collected evidence that facts.py merges into the
+incident of the last run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from oomdoctor import allocator, smi
+from oomdoctor.collect import BUNDLE_KIND
+from oomdoctor.errors import InputError
+
+SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
+
+
+def is_bundle_dir(path: str) -> bool:
+    manifest = Path(path) / "manifest.json"
+    if not manifest.is_file():
+        return False
+    try:
+        return json.loads(manifest.read_text()).get("kind") == BUNDLE_KIND
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def evidence_files(path: str) -> list[str]:
+    """Non-log evidence inside a bundle directory (manifest, memory_stats, snapshots, nvidia-smi dumps)."""
+    root = Path(path)
+    out = [str(root / "manifest.json")]
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.name != "manifest.json" and is_evidence_file(str(p)):
+            out.append(str(p))
+    return out
+
+
+def is_evidence_file(path: str) -> bool:
+    return path.endswith(SNAPSHOT_SUFFIXES + (".json", ".csv", ".xml"))
+
+
+def load(path: str) -> dict[str, Any]:
+    """One evidence file to {'kind': ..., ...}; InputError when it is none of the known kinds."""
+    if path.endswith(SNAPSHOT_SUFFIXES):
+        return {"kind": "snapshot", "path": path, **allocator.snapshot_facts(allocator.load_snapshot(path))}
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if path.endswith(".xml"):
+        try:
+            gpus = smi.parse_smi_xml(text)
+        except ValueError as exc:
+            raise InputError(f"{path}: {exc}") from None
+        return {"kind": "gpus", "path": path, "source": "nvidia-smi -q -x", "gpus": [g.to_json() for g in gpus]}
+    if path.endswith(".csv"):
+        gpus = smi.parse_gpu_csv(text)
+        if gpus:
+            return {"kind": "gpus", "path": path, "source": "nvidia-smi csv", "gpus": [g.to_json() for g in gpus]}
+        apps = smi.parse_apps_csv(text)
+        if apps:
+            return {"kind": "apps", "path": path, "apps": apps}
+        raise InputError(f"{path}: not an nvidia-smi --query-gpu or --query-compute-apps CSV")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"{path}: not JSON ({exc})") from None
+    if isinstance(data, dict) and data.get("kind") == BUNDLE_KIND:
+        return {"kind": "gpus", "path": path, "source": (data.get("gpu_evidence") or {}).get("source"), "gpus": data.get("gpus") or [], "manifest": data}
+    if allocator.is_memory_stats(data):
+        return {"kind": "memory_stats", "path": path, **allocator.stats_facts(allocator.load_memory_stats(path))}
+    if isinstance(data, dict) and "segments" in data:
+        return {"kind": "snapshot", "path": path, **allocator.snapshot_facts(data)}
+    raise InputError(f"{path}: JSON is neither an oomdoctor bundle manifest, memory_stats nor a snapshot")
