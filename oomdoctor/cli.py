@@ -134,6 +134,62 @@ def collect(out_dir: str, logs: tuple[str, ...], no_redact: bool) -> None:
     sys.exit(int(code))
 
 
+@cli.command(
+    help="Plan the memory budget before launch from a local config.json (no network): the feasible "
+    "--mem-fraction-static / --gpu-memory-utilization window, the engine's own default, KV tokens, and "
+    "which GPUs / TP sizes fit. Exit codes: 0 fits, 3 does not fit (an OOM is predicted), 2 usage, 5 bad config."
+)
+@click.option("--model", "model_path", required=True, type=click.Path(), help="Model directory (config.json, model.safetensors.index.json) or a config.json.")
+@click.option("--gpu", "gpu_name", help="GPU name, e.g. H100-80GB, H200, H20, A100-40GB (see the table in oomdoctor/data/gpus.toml).")
+@click.option("--gpu-mem-gib", type=float, help="GPU memory in GiB instead of --gpu.")
+@click.option("--tp", "tp", type=click.IntRange(1, 1024), default=1, show_default=True)
+@click.option("--context-len", type=click.IntRange(1), help="Maximum context length (default: the model's).")
+@click.option("--kv-cache-dtype", default="auto", show_default=True, type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]))
+@click.option("--system", type=click.Choice(["sglang", "vllm"]), default="sglang", show_default=True)
+@click.option("--at", "at", type=click.FloatRange(0, 1, min_open=True, max_open=True), help="Also evaluate this --mem-fraction-static / --gpu-memory-utilization value.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False))
+def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: int, context_len: int | None, kv_cache_dtype: str, system: str, at: float | None, fmt: str, output: str | None) -> None:
+    import json
+
+    from oomdoctor import plan as planner
+
+    if (gpu_name is None) == (gpu_mem_gib is None):
+        raise OomdoctorError("give exactly one of --gpu NAME or --gpu-mem-gib N", ExitCode.USAGE)
+    if gpu_name:
+        gpu = planner.find_gpu(gpu_name)
+        capacity, label = gpu.capacity_bytes, gpu.name
+    else:
+        capacity, label = int(gpu_mem_gib * (1 << 30)), f"{gpu_mem_gib:g} GiB GPU"
+    model = planner.load_model(model_path)
+    result = planner.plan(model, capacity, label, tp, context_len, kv_cache_dtype, system, at)
+    fits = [] if result["feasible"] else planner.what_fits(model, context_len, kv_cache_dtype, system)
+    result["fits_on"] = fits
+    text = json.dumps(result, indent=2, sort_keys=True) + "\n" if fmt == "json" else planner.render_text(result, fits)
+    if output:
+        _write(output, text)
+    else:
+        click.echo(text, nl=False)
+    ok = result["feasible"] and (at is None or result["at"]["feasible"])
+    sys.exit(int(ExitCode.NO_OOM if ok else ExitCode.OOM_DIAGNOSED))
+
+
+@cli.command(
+    "run",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    help="Run a server under the flight recorder: its output passes through unchanged (and goes to DIR/server.log), "
+    "GPU memory is sampled with NVML, and on an OOM or an abnormal exit DIR gets a bundle and report.html. "
+    "Exits with the server's own exit code. Example: oomdoctor run --out rec -- python -m sglang.launch_server ...",
+)
+@click.option("--out", "out_dir", default="oomdoctor-run", show_default=True, type=click.Path(file_okay=False))
+@click.option("--interval", "interval_ms", default=500, show_default=True, type=click.IntRange(10, 60000), help="Sampling interval in ms.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run_cmd(out_dir: str, interval_ms: int, command: tuple[str, ...]) -> None:
+    from oomdoctor import flight
+
+    sys.exit(flight.run(list(command), out_dir, interval_ms))
+
+
 @cli.group(cls=_Group, help="List, explain and check the rule catalogue.")
 def rules() -> None:
     pass

@@ -27,12 +27,16 @@ def is_bundle_dir(path: str) -> bool:
         return False
 
 
+# oomdoctor's own outputs written into a bundle (by `run`), not evidence.
+_OWN_OUTPUTS = {"manifest.json", "diagnosis.json"}
+
+
 def evidence_files(path: str) -> list[str]:
-    """Non-log evidence inside a bundle directory (manifest, memory_stats, snapshots, nvidia-smi dumps)."""
+    """Non-log evidence inside a bundle directory (manifest, memory_stats, snapshots, samples, nvidia-smi dumps)."""
     root = Path(path)
     out = [str(root / "manifest.json")]
     for p in sorted(root.rglob("*")):
-        if p.is_file() and p.name != "manifest.json" and is_evidence_file(str(p)):
+        if p.is_file() and p.name not in _OWN_OUTPUTS and is_evidence_file(str(p)):
             out.append(str(p))
     return out
 
@@ -67,6 +71,8 @@ def load(path: str) -> dict[str, Any]:
         data = json.loads(text)
     except ValueError as exc:
         raise InputError(f"{path}: not JSON ({exc})") from None
+    if isinstance(data, dict) and data.get("kind") == "oomdoctor-samples":
+        return {"kind": "samples", "path": path, "samples": data.get("samples") or [], "unavailable": data.get("unavailable")}
     if isinstance(data, dict) and data.get("kind") == BUNDLE_KIND:
         return {"kind": "gpus", "path": path, "source": (data.get("gpu_evidence") or {}).get("source"), "gpus": data.get("gpus") or [], "manifest": data}
     if allocator.is_memory_stats(data):

@@ -636,6 +636,8 @@ def _collected_facts(f: Facts, items: list[dict[str, Any]]) -> None:
                 f.set("requested_bytes", int(ooms[-1]["size"]), ref)
         elif item["kind"] == "gpus":
             _collected_gpus(f, item, ref)
+        elif item["kind"] == "samples" and item.get("samples"):
+            f.set("_samples", item["samples"], ref)
 
 
 def _collected_gpus(f: Facts, item: dict[str, Any], ref: LineRef) -> None:

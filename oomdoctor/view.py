@@ -48,6 +48,7 @@ def _report(d: Diagnosis) -> dict[str, Any]:
         "unchecked": _unchecked(d),
         "environment": _environment(f),
         "segments": [{"kind": k, "label": label} for k, label in SEGMENTS],
+        "samples": {},
     }
     if f is None:
         return report
@@ -62,6 +63,7 @@ def _report(d: Diagnosis) -> dict[str, Any]:
         report["gpus"] = _token_pool_bar(f)
     report["recommended_gpu"] = _recommended_bar(d, f)
     report["timeline"] = _timeline(f)
+    report["samples"] = _samples(f)
     report["what_if"] = _what_if(d, f)
     return report
 
@@ -287,6 +289,23 @@ def _timeline(f: Facts) -> dict[str, list[dict[str, Any]]]:
         other = next(k for k in series if k != "all")
         series[other] = sorted(series[other] + series.pop("all"), key=lambda p: p["line"])
     return {k: v for k, v in sorted(series.items()) if len(v) >= 2}
+
+
+def _samples(f: Facts) -> dict[str, list[dict[str, Any]]]:
+    """Memory over time per process (and per GPU in total) from `oomdoctor run`'s samples."""
+    samples = f.get("_samples") or []
+    if not samples:
+        return {}
+    t0 = samples[0]["t"]
+    series: dict[str, list[dict[str, Any]]] = {}
+    for s in samples:
+        for g in s.get("gpus", []):
+            if g.get("used_bytes") is not None:
+                series.setdefault(f"GPU {g.get('index')} used", []).append({"t": round(s["t"] - t0, 3), "bytes": g["used_bytes"]})
+        for p in s.get("processes", []):
+            if p.get("used_bytes") is not None:
+                series.setdefault(f"pid {p['pid']}", []).append({"t": round(s["t"] - t0, 3), "bytes": p["used_bytes"]})
+    return series
 
 
 def _what_if(d: Diagnosis, f: Facts) -> dict[str, Any] | None:

@@ -126,3 +126,28 @@ def timeline(series: dict[str, list[dict[str, Any]]]) -> Markup:
         f'<svg id="timeline-chart" class="chart" role="img" aria-label="free GPU memory over time" viewBox="0 0 {width} {height}" '
         f'width="100%" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
     )
+
+
+def samples_chart(series: dict[str, list[dict[str, Any]]]) -> Markup:
+    """Memory over time per process from the flight recorder's samples."""
+    if not series:
+        return Markup("")
+    width, height, left, bottom, top = 760, 240, 60, 34, 14
+    tmax = max((p["t"] for pts in series.values() for p in pts), default=1) or 1
+    vmax = max((p["bytes"] for pts in series.values() for p in pts), default=1) or 1
+    inner_w, inner_h = width - left - 150, height - bottom - top
+
+    def xy(p: dict[str, Any]) -> str:
+        return f"{left + inner_w * p['t'] / tmax:.1f},{top + inner_h * (1 - p['bytes'] / vmax):.1f}"
+
+    parts = [f'<line x1="{left}" y1="{top + inner_h}" x2="{left + inner_w}" y2="{top + inner_h}" stroke="#999"/>']
+    parts.append(f'<text x="{left - 6}" y="{top + 4}" text-anchor="end" class="small">{vmax / GIB:.0f} GiB</text>')
+    parts.append(f'<text x="{left + inner_w}" y="{top + inner_h + 14}" text-anchor="end" class="small">{tmax:.1f} s</text>')
+    for i, (name, points) in enumerate(sorted(series.items())):
+        color = _RANK_COLORS[i % len(_RANK_COLORS)]
+        parts.append(f'<polyline points="{" ".join(xy(p) for p in points)}" fill="none" stroke="{color}" stroke-width="2"><title>{escape(name)}</title></polyline>')
+        parts.append(f'<text x="{left + inner_w + 8}" y="{top + 10 + 13 * i}" fill="{color}" class="small">{escape(name)}</text>')
+    return Markup(
+        f'<svg id="samples-chart" class="chart" role="img" aria-label="GPU memory per process over time" viewBox="0 0 {width} {height}" '
+        f'width="100%" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
+    )

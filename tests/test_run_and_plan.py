@@ -1,0 +1,168 @@
+"""`oomdoctor run` (flight recorder) and `oomdoctor plan` (pre-launch budget)."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from oomdoctor import flight, plan
+from oomdoctor.units import GIB
+
+import fakes
+from conftest import FIXTURES
+
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    for line in [
+        "[2026-03-02 10:00:01] server_args=ServerArgs(model_path='Qwen/Qwen3-32B', mem_fraction_static=0.838, chunked_prefill_size=8192, tp_size=1)",
+        "[2026-03-02 10:00:06] Load weight begin. avail mem=78.51 GB",
+        "[2026-03-02 10:00:41] Load weight end. elapsed=34.90 s, type=Qwen3ForCausalLM, avail mem=47.80 GB, mem usage=30.71 GB.",
+        "[2026-03-02 10:01:04] max_total_num_tokens=287375, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=3592, context_len=40960, available_gpu_mem=10.85 GB",
+        "[2026-03-02 10:01:08] The server is fired up and ready to roll!",
+    ]:
+        print(line, flush=True)
+    sys.stdout.buffer.write(b"raw bytes \\xff\\xfe and a partial line")
+    sys.stdout.flush()
+    time.sleep(0.3)
+    sys.stderr.write("[2026-03-02 11:20:31] Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.15 GiB memory in use. Of the allocated memory 76.71 GiB is allocated by PyTorch, and 410.00 MiB is reserved by PyTorch but unallocated. See documentation for Memory Management\\n")
+    sys.exit(1)
+    """
+)
+
+
+def test_run_passes_output_through_and_records_the_oom(tmp_path: Path) -> None:
+    script = tmp_path / "server.py"
+    script.write_text(CHILD)
+    expected = subprocess.run([sys.executable, str(script)], capture_output=True)
+    out, err = io.BytesIO(), io.BytesIO()
+    scenario = fakes.load("accounted")
+    rec = tmp_path / "rec"
+    code = flight.run(
+        [sys.executable, str(script)], str(rec), interval_ms=20, nvml_module=fakes.FakeNvml(scenario), psutil_module=fakes.FakePsutil(scenario), stdout=out, stderr=err
+    )
+    assert code == 1 == expected.returncode
+    assert out.getvalue() == expected.stdout  # byte for byte, invalid UTF-8 and the unterminated line included
+    assert err.getvalue().startswith(expected.stderr)
+    assert b"oomdoctor: runtime_activation: report at" in err.getvalue()[len(expected.stderr):]
+    assert sorted(p.name for p in rec.iterdir()) == ["diagnosis.json", "manifest.json", "report.html", "samples.json", "server.log"]
+    manifest = json.loads((rec / "manifest.json").read_text())
+    assert manifest["oom_seen"] and manifest["child_exit_code"] == 1 and manifest["gpu_evidence"]["source"] == "nvml"
+    assert manifest["gpus"][0]["processes"][0]["pid"] == 4242 and manifest["gpus"][0]["processes"][0]["is_server"]
+    samples = json.loads((rec / "samples.json").read_text())["samples"]
+    assert len(samples) >= 3 and samples[0]["processes"] == [{"gpu": "GPU-ffff0000-1111-2222-3333-444455556666", "pid": 4242, "used_bytes": 78400 << 20}]
+    assert json.loads((rec / "diagnosis.json").read_text())["verdict"]["class"] == "runtime_activation"
+    report = (rec / "report.html").read_text()
+    assert 'id="samples-chart"' in report and "pid 4242" in report
+    # stdout is done before the child sleeps and writes stderr, so the tee's order is fixed.
+    assert (rec / "server.log").read_bytes() == expected.stdout + expected.stderr
+
+
+def test_run_clean_exit_writes_no_bundle(tmp_path: Path) -> None:
+    rec = tmp_path / "rec"
+    out, err = io.BytesIO(), io.BytesIO()
+    code = flight.run([sys.executable, "-c", "print('ok')"], str(rec), nvml_module=fakes.FakeNvml(fakes.load("idle_reserved")), psutil_module=None, stdout=out, stderr=err)
+    assert code == 0 and out.getvalue() == b"ok\n"
+    assert sorted(p.name for p in rec.iterdir()) == ["server.log"]
+
+
+SIG_CHILD = textwrap.dedent(
+    """
+    import signal, sys, time
+    def on(sig, frame):
+        print(f"got {sig}", flush=True)
+        sys.exit(40 + sig % 10)
+    signal.signal(signal.SIGTERM, on)
+    signal.signal(signal.SIGINT, on)
+    print("ready", flush=True)
+    time.sleep(30)
+    """
+)
+
+
+@pytest.mark.parametrize("sig, child_code", [(signal.SIGTERM, 45), (signal.SIGINT, 42)])
+def test_run_forwards_signals_and_exits_with_the_childs_code(tmp_path: Path, sig: int, child_code: int) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(SIG_CHILD)
+    rec = tmp_path / "rec"
+    p = subprocess.Popen([sys.executable, "-m", "oomdoctor", "run", "--out", str(rec), "--", sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/")
+    assert p.stdout.readline() == b"ready\n"
+    p.send_signal(sig)
+    rest, err = p.communicate(timeout=30)
+    assert p.returncode == child_code, err
+    assert rest == f"got {int(sig)}\n".encode()
+    assert (rec / "server.log").read_bytes() == b"ready\n" + rest
+    manifest = json.loads((rec / "manifest.json").read_text())
+    # This machine has no GPU: the log is still recorded, and the bundle says why there are no samples.
+    if manifest["gpu_evidence"]["unavailable"]:
+        assert json.loads((rec / "samples.json").read_text())["unavailable"]
+
+
+# --- plan ----------------------------------------------------------------------------------------
+
+OMNI = FIXTURES / "plan" / "qwen3-omni-30b-a3b"
+MLA = FIXTURES / "plan" / "deepseek-v2-lite" / "config.json"
+GQA = FIXTURES / "plan" / "llama-3.1-8b"
+
+
+def test_plan_seed000_h100_infeasible_at_07_feasible_at_085() -> None:
+    m = plan.load_model(str(OMNI))
+    assert m.weights_bytes == 60 * GIB and m.weights_source.startswith("safetensors index")
+    assert (m.layers, m.kv_heads, m.head_dim) == (48, 4, 128)  # the thinker's text config
+    h100 = plan.find_gpu("H100-80GB")
+    p = plan.plan(m, h100.capacity_bytes, h100.name, context_len=32768, at=0.7)
+    assert p["at"]["feasible"] is False and p["at"]["kv_bytes"] < 0
+    # pre = 81559 MiB - 0.59 GiB context = 79.06 GiB; 0.7 * 79.06 - 60 = -4.66 GiB
+    assert p["at"]["kv_bytes"] / GIB == pytest.approx(-4.66, abs=0.01)
+    assert p["recommended"] == 0.85 and p["feasible"]
+    assert p["kv_bytes"] / GIB == pytest.approx(7.2, abs=0.01)  # 0.85 * 79.06 - 60
+    assert p["cell_bytes"] == 4 * 256 * 48 * 2
+    assert p["kv_tokens"] == int(p["kv_bytes"] // p["cell_bytes"]) and p["max_concurrency"] == round(p["kv_tokens"] / 32768, 2)
+    assert p["default"] == 0.835 and p["default_in_window"]
+
+
+def test_plan_seed000_h20_feasible_at_07_with_about_7gb_kv() -> None:
+    m = plan.load_model(str(OMNI))
+    h20 = plan.find_gpu("h20")
+    p = plan.plan(m, h20.capacity_bytes, h20.name, context_len=32768, at=0.7)
+    assert p["at"]["feasible"] is True
+    kv_gb = p["at"]["kv_bytes"] / 1e9
+    assert 6.5 < kv_gb < 7.5, kv_gb  # 0.7 * 94.99 GiB - 60 GiB = 6.49 GiB = 6.97 GB
+
+
+def test_plan_cell_bytes_mla_is_not_split_and_gqa_is() -> None:
+    mla = plan.load_model(str(MLA))
+    assert mla.mla == (512, 64)
+    assert plan.cell_bytes(mla, 1, 2).value == plan.cell_bytes(mla, 2, 2).value == (512 + 64) * 27 * 2
+    gqa = plan.load_model(str(GQA))
+    assert plan.cell_bytes(gqa, 1, 2).value == 8 * 256 * 32 * 2
+    assert plan.cell_bytes(gqa, 2, 2).value == 4 * 256 * 32 * 2
+    assert plan.cell_bytes(gqa, 16, 2).value == 1 * 256 * 32 * 2  # KV heads replicate beyond 8 ranks
+    assert gqa.weights_bytes / 1e9 == pytest.approx(16.06, abs=0.05)  # 8.03 B parameters in bf16
+    assert mla.weights_bytes / 1e9 == pytest.approx(31.4, abs=0.3)  # 15.7 B parameters in bf16
+
+
+def test_plan_cli_exit_codes_and_what_fits(run_cli) -> None:
+    ok = run_cli("plan", "--model", str(OMNI), "--gpu", "H100-80GB", "--context-len", "32768")
+    assert ok.code == 0 and "recommended: --mem-fraction-static 0.85" in ok.out
+    pinned = run_cli("plan", "--model", str(OMNI), "--gpu", "H100-80GB", "--context-len", "32768", "--at", "0.7")
+    assert pinned.code == 3 and "INFEASIBLE" in pinned.out
+    tight = run_cli("plan", "--model", str(GQA), "--gpu", "A10", "--context-len", "131072", "--system", "vllm", "--format", "json")
+    assert tight.code == 3
+    data = tight.json
+    assert data["feasible"] is False and data["flag"] == "--gpu-memory-utilization"
+    fits = {(f["gpu"], f["tp_size"]) for f in data["fits_on"]}
+    assert ("H100-80GB", 1) in fits and ("A10", 2) in fits
+    assert run_cli("plan", "--model", str(OMNI), "--gpu", "Z80").code == 2
+    assert run_cli("plan", "--model", str(OMNI)).code == 2
+    assert run_cli("plan", "--model", "/nonexistent", "--gpu", "H100").code == 5
+    custom = run_cli("plan", "--model", str(GQA), "--gpu-mem-gib", "24", "--context-len", "8192", "--format", "json").json
+    assert custom["capacity_bytes"] == 24 * GIB and custom["feasible"]
