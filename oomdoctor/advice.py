@@ -251,24 +251,19 @@ def lower_chunked_prefill_size(f: Facts) -> list[Recommendation]:
     ]
 
 
+def _halve(f: Facts, fact: str, flag: str, why: str, default_hint: int | None = None) -> list[Recommendation]:
+    current = f.get(fact)
+    if current is None:
+        return [Recommendation(flag, default_hint, "lower" if default_hint is None else "set", why, current=None)]
+    value = max(current // 2, 1)
+    return [Recommendation(flag, value, "lower", why, current=current, derivation=(Step("halved", f"{current} // 2", value),))]
+
+
 @recommender("lower-max-running-requests")
 def lower_max_running_requests(f: Facts) -> list[Recommendation]:
-    current = f.get("max_running_requests")
     if f.get("oom_phase") == "prefill" and not (f.get("kv_alloc_failed") or f.get("req_slots_failed")):
         return []
-    if current is None:
-        return [Recommendation("--max-running-requests", None, "lower", "Fewer concurrent requests need less memory per decode step.")]
-    value = max(current // 2, 1)
-    return [
-        Recommendation(
-            "--max-running-requests",
-            value,
-            "lower",
-            f"Halving the concurrent requests from {current} to {value} halves the per-step demand on the KV pool and decode activations.",
-            current=current,
-            derivation=(Step("halved", f"{current} // 2", value),),
-        )
-    ]
+    return _halve(f, "max_running_requests", "--max-running-requests", "Fewer concurrent requests halve the per-step demand on the KV pool and on decode activations.")
 
 
 @recommender("lower-cuda-graph-max-bs")
@@ -498,14 +493,6 @@ def vllm_lower_util(f: Facts) -> list[Recommendation]:
     )
     steps = (Step("requested", "Tried to allocate", requested), Step("free", "of which ... is free", free), *lowered.steps)
     return [Recommendation("--gpu-memory-utilization", lowered.value, "lower", why, current=util, derivation=steps)]
-
-
-def _halve(f: Facts, fact: str, flag: str, why: str, default_hint: int | None = None) -> list[Recommendation]:
-    current = f.get(fact)
-    if current is None:
-        return [Recommendation(flag, default_hint, "lower" if default_hint is None else "set", why, current=None)]
-    value = max(current // 2, 1)
-    return [Recommendation(flag, value, "lower", why, current=current, derivation=(Step("halved", f"{current} // 2", value),))]
 
 
 @recommender("vllm-lower-max-num-batched-tokens")

@@ -237,19 +237,25 @@ def choose_in_window(window: Window) -> float | None:
     return None
 
 
-def sglang_lowered_mfs(mfs: float, pre_bytes: int, shortfall_bytes: int, margin_bytes: int) -> Derived:
-    """y lowered so the dynamic region grows by the shortfall plus a margin, rounded down to 0.01."""
+def lowered_fraction(current: float, base_bytes: int, shortfall_bytes: int, margin_bytes: int, name: str, base: str) -> Derived:
+    """A memory fraction (y of pre, u of total) lowered by the shortfall plus a margin, rounded down to 0.01."""
     freed = shortfall_bytes + margin_bytes
-    raw = mfs - freed / pre_bytes
+    raw = current - freed / base_bytes
     value = floor_to(raw, 0.01)
     return Derived(
         value,
         (
-            Step("memory to free for activations", f"shortfall {_g(shortfall_bytes)} + margin {_g(margin_bytes)}", freed),
-            Step("lowered y", f"{mfs:g} - {_g(freed)} / {_g(pre_bytes)} = {raw:.4f}, rounded down", value),
-            Step("dynamic reserve at the lowered y", f"(1 - {value:g}) * {_g(pre_bytes)}", sglang_dynamic_region_bytes(pre_bytes, value)),
+            Step(f"memory to move out of the {name} share", f"shortfall {_g(shortfall_bytes)} + margin {_g(margin_bytes)}", freed),
+            Step(f"lowered {name}", f"{current:g} - {_g(freed)} / {base} {_g(base_bytes)} = {raw:.4f}, rounded down", value),
         ),
     )
+
+
+def sglang_lowered_mfs(mfs: float, pre_bytes: int, shortfall_bytes: int, margin_bytes: int) -> Derived:
+    """y lowered so the dynamic region (1-y)*pre grows by the shortfall plus a margin."""
+    d = lowered_fraction(mfs, pre_bytes, shortfall_bytes, margin_bytes, "y", "pre")
+    dynamic = Step("dynamic reserve at the lowered y", f"(1 - {d.value:g}) * {_g(pre_bytes)}", sglang_dynamic_region_bytes(pre_bytes, d.value))
+    return Derived(d.value, d.steps + (dynamic,))
 
 
 def runtime_margin_bytes(requested_bytes: int) -> int:
@@ -340,14 +346,5 @@ def vllm_max_model_len(kv_bytes: int, cell_bytes: int, block_size: int = 16) -> 
 
 
 def vllm_lowered_util(util: float, total_bytes: int, shortfall_bytes: int, margin_bytes: int) -> Derived:
-    """u lowered so (1-u)*total grows by the shortfall plus a margin, rounded down to 0.01."""
-    freed = shortfall_bytes + margin_bytes
-    raw = util - freed / total_bytes
-    value = floor_to(raw, 0.01)
-    return Derived(
-        value,
-        (
-            Step("memory to leave outside the instance budget", f"shortfall {_g(shortfall_bytes)} + margin {_g(margin_bytes)}", freed),
-            Step("lowered u", f"{util:g} - {_g(freed)} / {_g(total_bytes)} = {raw:.4f}, rounded down", value),
-        ),
-    )
+    """u lowered so (1-u)*total grows by the shortfall plus a margin."""
+    return lowered_fraction(util, total_bytes, shortfall_bytes, margin_bytes, "u", "total")

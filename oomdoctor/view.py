@@ -309,49 +309,42 @@ def _samples(f: Facts) -> dict[str, list[dict[str, Any]]]:
 
 
 def _what_if(d: Diagnosis, f: Facts) -> dict[str, Any] | None:
+    """The flag from its current value to the recommended one and beyond: KV, tokens, headroom, feasibility."""
     system = f.get("system")
     if system == "sglang" and f.get("pre_bytes") and f.get("post_bytes") is not None and f.get("mem_fraction_static") is not None:
-        pre, post, current = f.get("pre_bytes"), f.get("post_bytes"), f.get("mem_fraction_static")
-        rec = _recommended_value(d, "--mem-fraction-static")
-        low, high = f.get("min_viable_mfs"), f.get("max_safe_mfs")
-        values = _steps_between(current, rec)
-        rows = []
-        for y in values:
-            kv = budget.sglang_kv_budget_bytes(pre, post, y)
-            cell = f.get("cell_bytes")
-            rows.append(
-                {
-                    "value": y,
-                    "kv_bytes": kv,
-                    "kv_tokens": budget.kv_tokens(kv, cell) if cell else None,
-                    "headroom_bytes": budget.sglang_dynamic_region_bytes(pre, y),
-                    "feasible": bool(low is not None and high is not None and low <= y <= high),
-                    "current": abs(y - current) < 1e-9,
-                    "recommended": rec is not None and abs(y - rec) < 1e-9,
-                }
-            )
-        return {"flag": "--mem-fraction-static", "rows": rows, "window": [low, high]}
+        pre, post = f.get("pre_bytes"), f.get("post_bytes")
+        return _what_if_rows(
+            d, f, "--mem-fraction-static", f.get("mem_fraction_static"), ("min_viable_mfs", "max_safe_mfs"),
+            lambda y: budget.sglang_kv_budget_bytes(pre, post, y), lambda y: budget.sglang_dynamic_region_bytes(pre, y),
+        )
     if system == "vllm" and f.get("capacity_bytes") and f.get("non_kv_bytes") is not None and f.get("gpu_memory_utilization") is not None:
-        total, non_kv, current = f.get("capacity_bytes"), f.get("non_kv_bytes"), f.get("gpu_memory_utilization")
-        rec = _recommended_value(d, "--gpu-memory-utilization")
-        low, high = f.get("min_viable_util"), f.get("max_safe_util")
-        rows = []
-        for u in _steps_between(current, rec):
-            kv = budget.vllm_kv_budget_bytes(total, u, non_kv)
-            cell = f.get("cell_bytes")
-            rows.append(
-                {
-                    "value": u,
-                    "kv_bytes": kv,
-                    "kv_tokens": budget.kv_tokens(kv, cell) if cell else None,
-                    "headroom_bytes": round(total * (1 - u)),
-                    "feasible": bool(low is not None and high is not None and low <= u <= high),
-                    "current": abs(u - current) < 1e-9,
-                    "recommended": rec is not None and abs(u - rec) < 1e-9,
-                }
-            )
-        return {"flag": "--gpu-memory-utilization", "rows": rows, "window": [low, high]}
+        total, non_kv = f.get("capacity_bytes"), f.get("non_kv_bytes")
+        return _what_if_rows(
+            d, f, "--gpu-memory-utilization", f.get("gpu_memory_utilization"), ("min_viable_util", "max_safe_util"),
+            lambda u: budget.vllm_kv_budget_bytes(total, u, non_kv), lambda u: round(total * (1 - u)),
+        )
     return None
+
+
+def _what_if_rows(d: Diagnosis, f: Facts, flag: str, current: float, window: tuple[str, str], kv_of: Any, headroom_of: Any) -> dict[str, Any]:
+    rec = _recommended_value(d, flag)
+    low, high = f.get(window[0]), f.get(window[1])
+    cell = f.get("cell_bytes")
+    rows = []
+    for value in _steps_between(current, rec):
+        kv = kv_of(value)
+        rows.append(
+            {
+                "value": value,
+                "kv_bytes": kv,
+                "kv_tokens": budget.kv_tokens(kv, cell) if cell else None,
+                "headroom_bytes": headroom_of(value),
+                "feasible": bool(low is not None and high is not None and low <= value <= high),
+                "current": abs(value - current) < 1e-9,
+                "recommended": rec is not None and abs(value - rec) < 1e-9,
+            }
+        )
+    return {"flag": flag, "rows": rows, "window": [low, high]}
 
 
 def _steps_between(current: float, rec: float | None) -> list[float]:
