@@ -147,7 +147,7 @@ def collect(out_dir: str, logs: tuple[str, ...], no_redact: bool) -> None:
 @click.option("--kv-cache-dtype", default="auto", show_default=True, type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]))
 @click.option("--system", type=click.Choice(["sglang", "vllm"]), default="sglang", show_default=True)
 @click.option("--at", "at", type=click.FloatRange(0, 1, min_open=True, max_open=True), help="Also evaluate this --mem-fraction-static / --gpu-memory-utilization value.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text", show_default=True)
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False))
 def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: int, context_len: int | None, kv_cache_dtype: str, system: str, at: float | None, fmt: str, output: str | None) -> None:
     import json
@@ -165,7 +165,14 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
     result = planner.plan(model, capacity, label, tp, context_len, kv_cache_dtype, system, at)
     fits = [] if result["feasible"] else planner.what_fits(model, context_len, kv_cache_dtype, system)
     result["fits_on"] = fits
-    text = json.dumps(result, indent=2, sort_keys=True) + "\n" if fmt == "json" else planner.render_text(result, fits)
+    if fmt == "json":
+        text = json.dumps(result, indent=2, sort_keys=True) + "\n"
+    elif fmt in ("markdown", "html"):
+        from oomdoctor.render import plan_report
+
+        text = plan_report.markdown(result) if fmt == "markdown" else plan_report.html(result)
+    else:
+        text = planner.render_text(result, fits)
     if output:
         _write(output, text)
     else:

@@ -70,6 +70,8 @@ def collect(
         if isinstance(item["processes"], list):
             item["processes"] = [{**p, **procinfo.describe(p["pid"], psutil_module, proc_root, containerized, nspids)} for p in item["processes"]]
         gpu_json.append(item)
+    host_visible = procinfo.visible_devices(env)
+    host_visible["cuda_ordinals"] = _cuda_ordinals(env, gpus) if gpus else []
     copied = []
     for log in logs:
         copied.append(_copy_log(log, out / "logs", redact))
@@ -78,7 +80,7 @@ def collect(
         "bundle_version": BUNDLE_VERSION,
         "tool": {"name": "oomdoctor", "version": __version__},
         "created_unix": round(now if now is not None else time.time(), 3),
-        "host": {"hostname": hostname or socket.gethostname(), "containerized": containerized, "visible_devices": procinfo.visible_devices(env)},
+        "host": {"hostname": hostname or socket.gethostname(), "containerized": containerized, "visible_devices": host_visible},
         "gpu_evidence": {"source": source, "unavailable": unavailable, "errors": nvml.errors},
         "gpus": gpu_json,
         "logs": copied,
@@ -86,6 +88,31 @@ def collect(
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest, (ExitCode.NO_OOM if unavailable is None else ExitCode.BAD_INPUT)
+
+
+def _cuda_ordinals(env: dict[str, str], gpus: list[Any]) -> list[dict[str, Any]]:
+    """CUDA ordinal -> physical GPU (UUID, PCI bus id) where the environment makes it certain.
+
+    NVML numbers GPUs by PCI bus id; CUDA does too only with CUDA_DEVICE_ORDER=PCI_BUS_ID (else it
+    puts the fastest first), and CUDA_VISIBLE_DEVICES renumbers what it lists from 0.
+    """
+    by_bus = sorted(gpus, key=lambda g: (g.pci_bus_id or "", g.index))
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    entries = [e.strip() for e in cvd.split(",") if e.strip()] if cvd is not None else [str(i) for i in range(len(by_bus))]
+    pci_order = env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
+    out = []
+    for ordinal, entry in enumerate(entries):
+        match = None
+        if entry.startswith(("GPU-", "MIG-")):
+            match = next((g for g in gpus if g.uuid and g.uuid.startswith(entry)), None)
+            certain = match is not None and entry.startswith("GPU-")
+        elif entry.isdigit() and int(entry) < len(by_bus):
+            match = by_bus[int(entry)]
+            certain = pci_order or len({g.name for g in gpus}) == 1
+        else:
+            certain = False
+        out.append({"cuda_ordinal": ordinal, "entry": entry, "uuid": match.uuid if match else None, "pci_bus_id": match.pci_bus_id if match else None, "certain": bool(certain)})
+    return out
 
 
 def _copy_log(path: str, dest: Path, redact: bool) -> str:

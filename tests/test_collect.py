@@ -58,6 +58,9 @@ def test_two_processes_on_one_gpu(tmp_path: Path) -> None:
     assert procs[4242]["environ"] == {"CUDA_VISIBLE_DEVICES": "0", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     assert m["gpus"][1]["processes"] == []
     assert m["host"]["visible_devices"]["mapping"] == "exact"
+    assert m["host"]["visible_devices"]["cuda_ordinals"] == [
+        {"cuda_ordinal": 0, "entry": "0", "uuid": "GPU-1f2e3d4c-0000-4a4a-9b9b-111122223333", "pci_bus_id": "00000000:3B:00.0", "certain": True}
+    ]
 
 
 def test_mig_per_process_memory_is_not_available(tmp_path: Path) -> None:
@@ -214,3 +217,18 @@ def test_snapshot_pickle_drives_fragmentation(tmp_path: Path, run_cli) -> None:
     d = run_cli("diagnose", str(log), str(p), "--format", "json").json
     assert d["verdict"]["rule"] == "allocator-stats-fragmentation"
     assert d["verdict"]["class"] == "fragmentation"
+
+
+def test_saved_nvidia_smi_output_given_to_diagnose(tmp_path: Path, run_cli) -> None:
+    gpus_csv = tmp_path / "gpus.csv"
+    gpus_csv.write_text(SMI_CSV)
+    xml = tmp_path / "smi.xml"
+    xml.write_text(SMI_XML)
+    log = FIXTURES / "runtime-activation-oom" / "pos_prefill_oom_2026.log"
+    d = run_cli("diagnose", str(log), str(gpus_csv), str(xml), "--format", "json").json
+    kinds = [i["kind"] for i in d["inputs"]]
+    assert kinds.count("gpus") == 2 and "log" in kinds
+    bad = tmp_path / "bad.xml"
+    bad.write_text("<html></html>")
+    res = run_cli("diagnose", str(log), str(bad))
+    assert res.code == 3 and "not nvidia-smi XML" in res.err

@@ -166,3 +166,10 @@ def test_plan_cli_exit_codes_and_what_fits(run_cli) -> None:
     assert run_cli("plan", "--model", "/nonexistent", "--gpu", "H100").code == 5
     custom = run_cli("plan", "--model", str(GQA), "--gpu-mem-gib", "24", "--context-len", "8192", "--format", "json").json
     assert custom["capacity_bytes"] == 24 * GIB and custom["feasible"]
+
+
+def test_plan_markdown_and_html(run_cli) -> None:
+    md = run_cli("plan", "--model", str(OMNI), "--gpu", "H100-80GB", "--context-len", "32768", "--format", "markdown").out
+    assert md.startswith("## oomdoctor plan:") and "--mem-fraction-static 0.85" in md
+    page = run_cli("plan", "--model", str(OMNI), "--gpu", "H100-80GB", "--context-len", "32768", "--format", "html").out
+    assert "Content-Security-Policy" in page and '<pre id="flags">--mem-fraction-static 0.85</pre>' in page and "<script" not in page
