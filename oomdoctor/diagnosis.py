@@ -248,6 +248,7 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule]) -> Incident:
             unique.append(f)
     if not unique:
         missing = sorted({m for item in not_evaluated for m in item["missing"]})
+        decisive = _decisive_gaps(facts)
         evidence = tuple(r for r in (facts.first_line,) if r is not None)
         unique.append(
             Finding(
@@ -256,15 +257,28 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule]) -> Incident:
                 confidence=0.3,
                 message=(
                     "An out-of-memory failure is evident, but the evidence does not support any class. "
-                    + (f"Missing evidence: {', '.join(missing)}." if missing else "No rule matched its circumstances.")
-                    + " A full server log (startup 'avail mem' lines, the complete OOM message and its traceback) would decide it."
+                    + ("What would decide it: " + "; ".join(decisive) + "." if decisive else "No rule matched its circumstances.")
                 ),
                 evidence=evidence,
                 recommendations=[],
-                extra={"missing": missing},
+                extra={"missing": missing, "would_decide": decisive},
             )
         )
     return Incident(run=facts.run, facts=facts, findings=unique, not_evaluated=not_evaluated)
+
+
+def _decisive_gaps(f: Facts) -> list[str]:
+    """The evidence whose absence left an OOM unclassified, in words and with where to get it."""
+    gaps = []
+    if f.get("oom_stage") in (None, "unknown", "startup", "kv_pool"):
+        gaps.append("where the allocation failed: the traceback above the OOM, or the startup lines before it")
+    if f.get("requested_bytes") is None:
+        gaps.append("the allocator's numbers: the complete 'CUDA out of memory. Tried to allocate ...' message (a bare 'CUDA error: out of memory' has none)")
+    if f.get("system") == "sglang" and (f.get("pre_bytes") is None or f.get("post_bytes") is None):
+        gaps.append("SGLang's 'Load weight begin/end ... avail mem=' lines (--log-level info)")
+    if f.get("process_list") is None and "collected_gpus" not in f.values:
+        gaps.append("the processes on the GPU at the time: nvidia-smi, or `oomdoctor collect -o DIR` / `oomdoctor run`")
+    return gaps
 
 
 def _budget_view(facts: Facts | None) -> dict[str, Any]:
