@@ -184,6 +184,10 @@ def _startup_facts(f: Facts, events: list[Event], first_i: int) -> None:
     legacy = next((e for e in events if e.kind == sg.KIND_LEGACY_PROFILE), None)
     if begin is not None:
         f.set("pre_bytes", begin.get("avail_bytes"), begin.ref)
+    elif end is not None and end.get("mem_usage_bytes") is not None:
+        # "Load weight end ... avail mem=A, mem usage=U" with U = before - A: the begin line is implied.
+        pre = end.get("avail_bytes") + end.get("mem_usage_bytes")
+        f.set("pre_bytes", pre, end.ref, derivation=Derived(pre, (Step("pre from the load-end line", "avail mem + mem usage", pre),)))
     elif legacy is not None:
         f.set("pre_bytes", legacy.get("pre_bytes"), legacy.ref)
     if end is not None:
@@ -308,7 +312,7 @@ def _torch_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
 
 def _sglang_error_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
     for e in events:
-        if e.kind in (sg.KIND_NOT_ENOUGH, sg.KIND_NO_KV, sg.KIND_HYBRID_NOT_ENOUGH) and "startup_kv_error" in f.values:
+        if e.kind in (sg.KIND_NOT_ENOUGH, sg.KIND_NO_KV, sg.KIND_HYBRID_NOT_ENOUGH, sg.KIND_PROFILED_NEGATIVE, sg.KIND_LEGACY_PROFILE) and "startup_kv_error" in f.values:
             continue  # every rank reports it; the first report is the one to cite
         if e.kind == sg.KIND_NOT_ENOUGH:
             f.set("startup_kv_error", True, e.ref)
@@ -581,7 +585,7 @@ def _vllm_facts(f: Facts, events: list[Event], first_i: int) -> None:
     cause = no_blocks or one_req
     if cause is None and negative_kv is not None and any(e.kind == vl.KIND_ENGINE_FAILED for e in events):
         cause = negative_kv
-    f.set("startup_kv_error", cause is not None, cause.ref if cause else None)
+    f.set("startup_kv_error", cause is not None, *(cause.refs if cause else ()))
     if cause is not None:
         f.set("startup_kv_error_kind", cause.kind)
     preempts = [e for e in events if e.kind == vl.KIND_PREEMPT]

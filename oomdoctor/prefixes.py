@@ -84,7 +84,12 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # Python logging as SGLang Omni configures it: "2026-03-29 22:51:55,108 [WARNING] ".
     (
         "pylogging",
-        re.compile(r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[,.]\d+)?) (?:\[(?P<level>[A-Z]+)\] |(?P<l2>[A-Z]+) )"),
+        re.compile(r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[,.]\d+)?) (?:\[(?P<level>[A-Za-z]+)\] |(?P<l2>[A-Z]+) )"),
+    ),
+    # Process-supervisor tags some launchers add before the engine's own prefix: "(Process) ".
+    (
+        "supervisor",
+        re.compile(r"^\((?:Process|stdout|stderr)\) "),
     ),
 )
 

@@ -201,11 +201,19 @@ def _config_values(text: str, pattern: re.Pattern[str]) -> dict[str, Any]:
     return values
 
 
+# Error messages long enough to be hard-wrapped by a terminal ("... (4.26 GiB KV cach" / "e is needed");
+# a line that starts one but does not match whole is joined with the next lines before giving up.
+_WRAPPABLE = re.compile(r"To serve at least one request|Free memory on device|The model's max seq len|No available memory for the cache")
+_MAX_JOIN = 4
+
+
 class VLLMParser:
     """Incremental parser for vLLM lines: ``feed`` one line at a time, ``finish`` at the end."""
 
-    def feed(self, line: Line) -> list[Event]:
-        msg = line.msg
+    def __init__(self) -> None:
+        self._pending: tuple[list, str] | None = None
+
+    def _match(self, msg: str, refs: tuple) -> list[Event]:
         for kind, pattern in _PATTERNS:
             m = pattern.search(msg)
             if m is None:
@@ -213,8 +221,28 @@ class VLLMParser:
             values = self._values(kind, m)
             if values is None:
                 continue
-            return [Event(kind, (line.ref,), values)]
+            return [Event(kind, refs, values)]
         return []
+
+    def feed(self, line: Line) -> list[Event]:
+        msg = line.msg
+        if self._pending is not None:
+            refs, text = self._pending
+            # A terminal wrap continues on a line of its own: no timestamp, no logger prefix.
+            if line.ts is None and len(refs) < _MAX_JOIN and not msg.lstrip().startswith(("File ", "Traceback")):
+                refs.append(line.ref)
+                joined = text + msg
+                events = self._match(joined, tuple(refs))
+                if events:
+                    self._pending = None
+                    return events
+                self._pending = (refs, joined)
+                return []
+            self._pending = None
+        events = self._match(msg, (line.ref,))
+        if not events and _WRAPPABLE.search(msg):
+            self._pending = ([line.ref], msg)
+        return events
 
     @staticmethod
     def _values(kind: str, m: re.Match[str]) -> dict[str, Any] | None:
@@ -301,4 +329,5 @@ class VLLMParser:
         return {}
 
     def finish(self) -> list[Event]:
+        self._pending = None
         return []
