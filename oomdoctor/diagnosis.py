@@ -428,11 +428,19 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
             facts=last.facts,
         )
     last_facts = build_facts(runs[-1], force=True, system=system, hint=hint, collected=gathered) if runs else None
+    summary = "No out-of-memory evidence in the input."
+    # A failure that is not an OOM but that people tune memory flags for: say so.
+    other = next((e for run in runs for e in run.events if e.kind == sg.KIND_CAPTURE_FAILED and not e.get("is_oom")), None)
+    if other is not None:
+        summary += (
+            f" CUDA graph capture failed at {other.ref.path}:{other.ref.line} for another reason ({other.get('reason')[:120]}); "
+            "lowering --mem-fraction-static or the graph batch size will not fix that."
+        )
     return Diagnosis(
         verdict_class="none",
         verdict_confidence=0.9 if any(s.lines for s in stats_list) else 0.5,
         verdict_rule=None,
-        summary="No out-of-memory evidence in the input.",
+        summary=summary,
         findings=[],
         incidents=[],
         budget=_budget_view(last_facts),
