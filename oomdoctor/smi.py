@@ -45,7 +45,7 @@ def parse_gpu_csv(text: str) -> list[Gpu]:
     cols = header or GPU_QUERY.split(",")
     out = []
     for r in rows:
-        d = dict(zip(cols, r))
+        d = dict(zip(cols, r, strict=False))  # short rows: missing trailing columns
         if "index" not in d:
             continue
         try:
@@ -75,7 +75,7 @@ def parse_apps_csv(text: str) -> list[dict[str, Any]]:
     cols = header or APPS_QUERY.split(",")
     out = []
     for r in rows:
-        d = dict(zip(cols, r))
+        d = dict(zip(cols, r, strict=False))  # short rows: missing trailing columns
         try:
             pid = int(d.get("pid", ""))
         except ValueError:

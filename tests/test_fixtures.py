@@ -48,7 +48,7 @@ def test_fixture_diagnosis(path: Path, run_cli) -> None:
     recs = data["findings"][0]["recommendations"] if data["findings"] else []
     expected_recs = exp.get("recommendations", [])
     assert [(r["flag"], r["direction"]) for r in recs] == [(r["flag"], r["direction"]) for r in expected_recs]
-    for got, want in zip(recs, expected_recs):
+    for got, want in zip(recs, expected_recs, strict=True):
         if "value" in want:
             if isinstance(want["value"], float):
                 assert got["value"] == pytest.approx(want["value"], abs=1e-9)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
-import os
 import subprocess
 import sys
 from pathlib import Path

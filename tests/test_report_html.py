@@ -9,7 +9,6 @@ from __future__ import annotations
 import html as html_lib
 import re
 import shutil
-import socket
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
