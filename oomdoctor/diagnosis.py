@@ -168,13 +168,22 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
 
 
 _PLACEHOLDER_RE = re.compile(r"\{(\w+)\}")
+_OPTIONAL_RE = re.compile(r"\[\[([^\[\]]*)\]\]")
 
 
 def _render_message(template: str, facts: Facts) -> str:
     """Fill ``{fact_name}`` placeholders; nothing else in a rule's text is interpreted.
 
-    Not ``str.format``: a rule file from --rules must not reach attributes like ``{x.__class__}``.
+    A clause written ``[[ ... {fact} ...]]`` is left out when one of its facts is missing, so that a
+    message never says "n/a" where a clause can simply be dropped. Not ``str.format``: a rule file
+    from --rules must not reach attributes like ``{x.__class__}``.
     """
+
+    def optional(m: re.Match[str]) -> str:
+        inner = m.group(1)
+        return inner if all(name in facts.values for name in _PLACEHOLDER_RE.findall(inner)) else ""
+
+    template = _OPTIONAL_RE.sub(optional, template)
 
     def shown(m: re.Match[str]) -> str:
         name = m.group(1)

@@ -349,6 +349,8 @@ def _sglang_error_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> No
                 f.set("kv_available_tokens", e.get("available_tokens"), e.ref)
         elif e.kind == sg.KIND_REQ_SLOTS_FAIL and "req_slots_failed" not in f.values:
             f.set("req_slots_failed", True, e.ref)
+            f.set("req_slots_available", e.get("available_slots"), e.ref)
+            f.set("req_slots_requested", e.get("requested_slots"), e.ref)
         elif e.kind == sg.KIND_OMNI_ENCODER_FAIL:
             if "encoder_request_failed" not in f.values:
                 f.set("encoder_request_failed", True, e.ref)

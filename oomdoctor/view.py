@@ -49,6 +49,7 @@ def _report(d: Diagnosis) -> dict[str, Any]:
         "environment": _environment(f),
         "segments": [{"kind": k, "label": label} for k, label in SEGMENTS],
         "samples": {},
+        "legend": [],
     }
     if f is None:
         return report
@@ -62,10 +63,20 @@ def _report(d: Diagnosis) -> dict[str, Any]:
     if not report["gpus"]:
         report["gpus"] = _token_pool_bar(f)
     report["recommended_gpu"] = _recommended_bar(d, f)
+    report["legend"] = _legend(report["gpus"] + ([report["recommended_gpu"]] if report["recommended_gpu"] else []))
     report["timeline"] = _timeline(f)
     report["samples"] = _samples(f)
     report["what_if"] = _what_if(d, f)
     return report
+
+
+def _legend(bars: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The segments the bars actually draw, with the labels they use (PyTorch bars name them differently)."""
+    seen: dict[tuple[str, str], None] = {}
+    for b in bars:
+        for s in b["segments"]:
+            seen.setdefault((s["kind"], s["label"]), None)
+    return [{"kind": k, "label": label} for k, label in seen]
 
 
 def _flag_block(d: Diagnosis) -> str:
@@ -382,6 +393,11 @@ _COMMANDS = {
     "reserved_unallocated_bytes": ("PyTorch's reserved-but-unallocated memory", "keep the whole 'CUDA out of memory' message (torch >= 2.1 prints it)"),
     "weights_fit": ("whether the weights fit with room for KV", "keep the 'Load weight begin/end ... avail mem' lines"),
     "startup_free_deficit_bytes": ("free memory at vLLM's start", "keep vLLM's startup lines"),
+    "largest_free_block_bytes": ("the allocator's own statistics at the OOM", "install oomdoctor.capture in the server (one line, or OOMDOCTOR_CAPTURE_DIR)"),
+    "snapshot_inactive_bytes": ("the allocator's own statistics at the OOM", "install oomdoctor.capture in the server (one line, or OOMDOCTOR_CAPTURE_DIR)"),
+    "stats_inactive_split_bytes": ("the allocator's own statistics at the OOM", "install oomdoctor.capture in the server (one line, or OOMDOCTOR_CAPTURE_DIR)"),
+    "collected_foreign_process_bytes": ("a GPU and process snapshot from the incident", "oomdoctor collect -o DIR (or run the server under oomdoctor run)"),
+    "collected_other_used_bytes": ("a GPU and process snapshot from the incident", "oomdoctor collect -o DIR (or run the server under oomdoctor run)"),
     "non_kv_bytes": ("vLLM's memory profile", "VLLM_LOGGING_LEVEL=DEBUG shows 'Memory profiling takes ...'"),
 }
 
