@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from oomdoctor import __version__, advice, budget, collected
@@ -22,7 +22,7 @@ from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
 from oomdoctor.rule_engine import Rule, evaluate
-from oomdoctor.runs import split_runs
+from oomdoctor.runs import is_oom_event, split_runs
 from oomdoctor.scan import scan_lines
 
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS))
@@ -99,16 +99,41 @@ _KEEP_LAST = 64
 _UNPARSED_WINDOW = 64
 
 
+_FULL_RUNS = 64
+_RUN_STARTS = {sg.KIND_SERVER_ARGS, vl.KIND_ARGS}
+
+
 class _EventStore:
-    """Events in log order, with repeating kinds bounded to their first and last occurrences."""
+    """Events in log order, with repeating kinds bounded to their first and last occurrences.
+
+    A crash loop restarts the server thousands of times; only the last _FULL_RUNS runs keep all
+    their events, older ones keep their start line and their OOM events (enough to list them as
+    incidents), so memory stays bounded however long the log.
+    """
 
     def __init__(self) -> None:
         self.kept: list[Event] = []
         self.tail: dict[str, deque[Event]] = {}
         self.counts: dict[str, int] = {}
+        self.run_starts: list[int] = []  # indexes into kept
+
+    def _compact_oldest_full_run(self) -> None:
+        i = len(self.run_starts) - _FULL_RUNS - 1
+        start, end = self.run_starts[i], self.run_starts[i + 1]
+        slim = [e for j, e in enumerate(self.kept[start:end]) if j == 0 or is_oom_event(e)]
+        head = slim[0]
+        # The start line of an old run is kept for segmentation only: its long config text is not.
+        slim[0] = Event(head.kind, (replace(head.ref, text=head.ref.text[:160]),), {k: v for k, v in head.values.items() if not isinstance(v, str) or len(v) < 200})
+        removed = (end - start) - len(slim)
+        self.kept[start:end] = slim
+        self.run_starts[i + 1 :] = [s - removed for s in self.run_starts[i + 1 :]]
 
     def add(self, event: Event) -> None:
         kind = event.kind
+        if kind in _RUN_STARTS:
+            self.run_starts.append(len(self.kept))
+            if len(self.run_starts) > _FULL_RUNS + 1:
+                self._compact_oldest_full_run()
         n = self.counts.get(kind, 0) + 1
         self.counts[kind] = n
         if kind not in _REPEATING or n <= _KEEP_FIRST:

@@ -160,3 +160,23 @@ def test_junk_gets_one_line_and_a_documented_code(run_cli, tmp_path: Path, junk:
     res = run_cli("diagnose", str(p))
     assert res.code == code
     assert "Traceback" not in res.err and len(res.err.strip().splitlines()) <= 1
+
+
+def test_crash_loop_keeps_every_incident_with_bounded_events(run_cli, tmp_path: Path) -> None:
+    from oomdoctor.diagnosis import read_events
+    from oomdoctor.inputs import InputStats
+
+    crash = SEED.read_text()
+    log = tmp_path / "crashloop.log"
+    log.write_text(crash * 300)
+    events = read_events(str(log), InputStats(path=str(log)))
+    per_run = len([e for e in read_events(str(SEED), InputStats(path=str(SEED)))])
+    # The run being read and the 64 before it keep every event; older runs keep their start line
+    # and their OOM only.
+    assert len(events) <= 65 * per_run + 235 * 2
+    assert all(len(e.ref.text) <= 160 for e in events[: 236 * 2] if e.kind == "server_args")
+    d = run_cli("diagnose", str(log), "--format", "json").json
+    assert len(d["incidents"]) == 300
+    assert {i["class"] for i in d["incidents"][-64:]} == {"startup_kv"}
+    assert d["verdict"]["class"] == "startup_kv"
+    assert d["findings"][0]["recommendations"][0]["value"] == 0.85
