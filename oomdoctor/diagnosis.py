@@ -118,7 +118,7 @@ class _EventStore:
         self.run_starts: list[int] = []  # indexes into kept
 
     def _compact_oldest_full_run(self) -> None:
-        i = len(self.run_starts) - _FULL_RUNS - 1
+        i = len(self.run_starts) - _FULL_RUNS - 2  # the newest run (being read) and _FULL_RUNS before it stay whole
         start, end = self.run_starts[i], self.run_starts[i + 1]
         slim = [e for j, e in enumerate(self.kept[start:end]) if j == 0 or is_oom_event(e)]
         head = slim[0]
