@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from oomdoctor import __version__, procinfo
+from oomdoctor.collected import BUNDLE_KIND
 from oomdoctor.errors import ExitCode, InputError
 from oomdoctor.inputs import InputStats, iter_line_chunks
 from oomdoctor.nvml import Nvml
 from oomdoctor.redact import redact_text
 from oomdoctor.smi import run_nvidia_smi
 
-BUNDLE_KIND = "oomdoctor-bundle"
 BUNDLE_VERSION = 1
 
 

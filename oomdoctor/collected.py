@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from oomdoctor import allocator, smi
-from oomdoctor.collect import BUNDLE_KIND
 from oomdoctor.errors import InputError
+
+BUNDLE_KIND = "oomdoctor-bundle"
 
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
 
@@ -47,6 +47,9 @@ def is_evidence_file(path: str) -> bool:
 
 def load(path: str) -> dict[str, Any]:
     """One evidence file to {'kind': ..., ...}; InputError when it is none of the known kinds."""
+    # Imported here: most diagnoses read logs only, and these pull in csv, xml, pickle and psutil.
+    from oomdoctor import allocator, smi
+
     if path.endswith(SNAPSHOT_SUFFIXES):
         return {"kind": "snapshot", "path": path, **allocator.snapshot_facts(allocator.load_snapshot(path))}
     try:

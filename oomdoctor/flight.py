@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 from oomdoctor import __version__, procinfo
-from oomdoctor.collect import BUNDLE_KIND, BUNDLE_VERSION
+from oomdoctor.collect import BUNDLE_VERSION
+from oomdoctor.collected import BUNDLE_KIND
 from oomdoctor.nvml import Nvml
 
 # What in the child's output means "an OOM happened now" (checked on raw bytes, across chunk edges).

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 # Real ESC sequences, and the same codes pasted as caret text ("^[[0;36m") by people copying
 # from a terminal or a web console.
-_ANSI_RE = re.compile(r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")
+_ANSI_RE = re.compile(r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")  # used on every line
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from oomdoctor.patterns import LazyRegex, lazy
+
 REDACTED = "<redacted>"
 
 _SECRET_FLAGS = (
@@ -27,32 +29,32 @@ _SECRET_FLAGS = (
 _KEY_WORD = r"(?:[A-Za-z0-9]+_)*(?:api_?key|apikey|token|secret|password|passwd|credentials?|access_?key|private_?key|auth)(?:_[A-Za-z0-9]+)*"
 _VALUE = r"""(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\[[^\]]*\]|[^\s,)}\]]+)"""
 
-_RULES: tuple[tuple[str, re.Pattern[str], Any], ...] = (
+_RULES: tuple[tuple[str, LazyRegex, Any], ...] = (
     (
         "pem",
-        re.compile(r"-----BEGIN [A-Z0-9 ]*(?:PRIVATE KEY|CERTIFICATE|OPENSSH PRIVATE KEY)-----.*?(?:-----END [A-Z0-9 ]*-----|$)", re.S),
+        lazy("-----BEGIN", r"-----BEGIN [A-Z0-9 ]*(?:PRIVATE KEY|CERTIFICATE|OPENSSH PRIVATE KEY)-----.*?(?:-----END [A-Z0-9 ]*-----|$)", re.S),
         REDACTED,
     ),
-    ("authorization", re.compile(r"(?i)\b((?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?)(?:(?:bearer|basic|token)\s+)?[^\s'\",}]+"), rf"\1{REDACTED}"),
-    ("bearer", re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
-    ("url_userinfo", re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s:@'\"]+(?::[^/\s@'\"]*)?@"), rf"\1{REDACTED}@"),
+    ("authorization", lazy(None, r"(?i)\b((?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?)(?:(?:bearer|basic|token)\s+)?[^\s'\",}]+"), rf"\1{REDACTED}"),
+    ("bearer", lazy(None, r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
+    ("url_userinfo", lazy("://", r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s:@'\"]+(?::[^/\s@'\"]*)?@"), rf"\1{REDACTED}@"),
     (
         "flag",
-        re.compile(r"(--(?:" + "|".join(re.escape(f) for f in _SECRET_FLAGS) + r"))(=|\s+)(?!-)(\S+)"),
+        lazy("--", r"(--(?:" + "|".join(re.escape(f) for f in _SECRET_FLAGS) + r"))(=|\s+)(?!-)(\S+)"),
         rf"\1\2{REDACTED}",
     ),
     (
         "env",
-        re.compile(r"\b([A-Z][A-Z0-9_]*(?:TOKEN|API_KEY|APIKEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|ACCESS_KEY|PRIVATE_KEY)[A-Z0-9_]*)=(\S+)"),
+        lazy("=", r"\b([A-Z][A-Z0-9_]*(?:TOKEN|API_KEY|APIKEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|ACCESS_KEY|PRIVATE_KEY)[A-Z0-9_]*)=(\S+)"),
         rf"\1={REDACTED}",
     ),
-    ("kv", re.compile(r"""(['"]?)(?<![\w#.-])(""" + _KEY_WORD + r""")\1(\s*[=:]\s*)(""" + _VALUE + ")"), None),
-    ("hf", re.compile(r"\bhf_[A-Za-z0-9]{20,}"), REDACTED),
-    ("openai", re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{16,}"), REDACTED),
-    ("aws", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), REDACTED),
-    ("github", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,})"), REDACTED),
-    ("slack", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), REDACTED),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
+    ("kv", lazy(None, r"""(['"]?)(?<![\w#.-])(""" + _KEY_WORD + r""")\1(\s*[=:]\s*)(""" + _VALUE + ")"), None),
+    ("hf", lazy("hf_", r"\bhf_[A-Za-z0-9]{20,}"), REDACTED),
+    ("openai", lazy("sk-", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{16,}"), REDACTED),
+    ("aws", lazy(None, r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), REDACTED),
+    ("github", lazy(None, r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,})"), REDACTED),
+    ("slack", lazy("xox", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), REDACTED),
+    ("jwt", lazy("eyJ", r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
 )
 
 _TRIGGERS = (

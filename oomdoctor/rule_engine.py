@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -211,8 +210,9 @@ def builtin_rule_paths() -> list[Path]:
     the catalogue is the ``rules/`` folder beside it.
     """
     try:
-        root = resources.files("oomdoctor.rules")
-        paths = [Path(str(p)) for p in root.iterdir() if p.name.endswith(".toml")]
+        import oomdoctor.rules as shipped  # a plain directory package: no importlib.resources needed
+
+        paths = list(Path(shipped.__file__).parent.glob("*.toml"))
     except ModuleNotFoundError:
         paths = list((Path(__file__).resolve().parent.parent / "rules").glob("*.toml"))
     return sorted(paths, key=lambda p: p.name)

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from oomdoctor.evidence import Event, Line
+from oomdoctor.patterns import LazyRegex, lazy
 from oomdoctor.units import gib_to_bytes
 
 KIND_SERVER_ARGS = "server_args"
@@ -87,90 +88,90 @@ ANCHORS: tuple[bytes, ...] = (
 
 _F = r"(-?\d+(?:\.\d+)?)"
 
-_SIMPLE: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (KIND_INIT_DIST_END, re.compile(rf"Init torch distributed ends\.(?: elapsed={_F} s,)? mem usage={_F}")),
-    (KIND_LOAD_BEGIN, re.compile(rf"Load weight begin\. avail mem={_F} ?GB")),
+_SIMPLE: tuple[tuple[str, LazyRegex], ...] = (
+    (KIND_INIT_DIST_END, lazy('Init torch distributed ends', rf"Init torch distributed ends\.(?: elapsed={_F} s,)? mem usage={_F}")),
+    (KIND_LOAD_BEGIN, lazy('Load weight begin', rf"Load weight begin\. avail mem={_F} ?GB")),
     (
         KIND_LOAD_END,
-        re.compile(rf"Load weight end\.(?: elapsed={_F} s,)? type=(?P<type>[\w.]+),.*?avail mem={_F} ?GB(?:, mem usage={_F} ?GB)?"),
+        lazy('Load weight end', rf"Load weight end\.(?: elapsed={_F} s,)? type=(?P<type>[\w.]+),.*?avail mem={_F} ?GB(?:, mem usage={_F} ?GB)?"),
     ),
     (
         KIND_KV_ALLOCATED,
-        re.compile(
+        lazy('Cache is allocated', 
             rf"KV Cache is allocated\.(?: dtype: (?P<dtype>[\w.]+),)?(?: #tokens: (?P<tokens>\d+),)? "
             rf"(?:K size: (?P<k>{_F[1:-1]}) GB, V size: (?P<v>{_F[1:-1]}) GB|KV size: (?P<kv>{_F[1:-1]}) GB)"
         ),
     ),
-    (KIND_POOL_END, re.compile(rf"Memory pool end\. avail mem={_F} ?GB")),
+    (KIND_POOL_END, lazy('Memory pool end', rf"Memory pool end\. avail mem={_F} ?GB")),
     (
         KIND_GRAPH_BEGIN,
-        re.compile(rf"Capture (?:(?P<role>target|draft) (?P<phase>\w+) )?(?:\w+ )?(?:cuda|CUDA|npu) graph begin\.(?:.*?avail mem={_F} ?GB)?"),
+        lazy('graph begin', rf"Capture (?:(?P<role>target|draft) (?P<phase>\w+) )?(?:\w+ )?(?:cuda|CUDA|npu) graph begin\.(?:.*?avail mem={_F} ?GB)?"),
     ),
     (
         KIND_GRAPH_END,
-        re.compile(rf"Capture (?:(?P<role>target|draft) (?P<phase>\w+) )?(?:\w+ )?(?:cuda|CUDA|npu) graph end\.(?:.*?mem usage={_F} ?GB.*?avail mem={_F} ?GB)?"),
+        lazy('graph end', rf"Capture (?:(?P<role>target|draft) (?P<phase>\w+) )?(?:\w+ )?(?:cuda|CUDA|npu) graph end\.(?:.*?mem usage={_F} ?GB.*?avail mem={_F} ?GB)?"),
     ),
-    (KIND_GRAPH_BAR, re.compile(rf"Capturing batches \((?:bs|num_tokens)=(\d+) avail_mem={_F} ?GB\)")),
+    (KIND_GRAPH_BAR, lazy('Capturing batches', rf"Capturing batches \((?:bs|num_tokens)=(\d+) avail_mem={_F} ?GB\)")),
     (
         KIND_SUMMARY,
-        re.compile(
+        lazy('max_total_num_tokens=', 
             r"max_total_num_tokens=(?P<tokens>\d+), (?:chunked_prefill_size=(?P<chunk>-?\d+), )?max_prefill_tokens=(?P<prefill>\d+), "
             rf"max_running_requests=(?P<running>\d+), context_len=(?P<ctx>\d+)(?:, available_gpu_mem=(?P<avail>{_F[1:-1]}) ?GB)?"
         ),
     ),
-    (KIND_READY, re.compile(r"The server is fired up and ready to roll")),
+    (KIND_READY, lazy('fired up', r"The server is fired up and ready to roll")),
     (
         KIND_NOT_ENOUGH,
-        re.compile(rf"Not enough memory\. Please try to increase --mem-fraction-static\.?(?: Current value: (?:self\.server_args\.)?mem_fraction_static={_F})?"),
+        lazy('Not enough memory', rf"Not enough memory\. Please try to increase --mem-fraction-static\.?(?: Current value: (?:self\.server_args\.)?mem_fraction_static={_F})?"),
     ),
     (
         KIND_NO_KV,
-        re.compile(
+        lazy('Loaded weights leave', 
             rf"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={_F}\.?"
             rf"(?: Raise --mem-fraction-static above {_F} \(minimum viable = 1 - available/pre = {_F}\))?"
         ),
     ),
-    (KIND_HYBRID_NOT_ENOUGH, re.compile(r"Not enough GPU memory for hybrid|state cache is too small to serve any requests")),
-    (KIND_PROFILED_NEGATIVE, re.compile(r"max_total_tokens=(\d+) is larger than the profiled value (-?\d+)")),
+    (KIND_HYBRID_NOT_ENOUGH, lazy(None, r"Not enough GPU memory for hybrid|state cache is too small to serve any requests")),
+    (KIND_PROFILED_NEGATIVE, lazy('profiled value', r"max_total_tokens=(\d+) is larger than the profiled value (-?\d+)")),
     (
         KIND_LEGACY_PROFILE,
-        re.compile(rf"Memory profiling: available_gpu_memory={_F} GB, total_gpu_memory={_F} GB, mem_fraction_static={_F}, rest_memory={_F} GB"),
+        lazy('Memory profiling:', rf"Memory profiling: available_gpu_memory={_F} GB, total_gpu_memory={_F} GB, mem_fraction_static={_F}, rest_memory={_F} GB"),
     ),
-    (KIND_CAPTURE_FAILED, re.compile(r"(?:Capture cuda graph failed|CUDA graph capture failed|Breakable CUDA graph failed)[.:]? ?(?P<reason>.*)")),
+    (KIND_CAPTURE_FAILED, lazy('failed', r"(?:Capture cuda graph failed|CUDA graph capture failed|Breakable CUDA graph failed)[.:]? ?(?P<reason>.*)")),
     (
         KIND_RETRACT,
-        re.compile(r"(?:KV cache pool is full\. Retract requests\. |[Dd]ecode out of memory happened[.,] )#retracted_reqs: (\d+)"),
+        lazy('#retracted_reqs', r"(?:KV cache pool is full\. Retract requests\. |[Dd]ecode out of memory happened[.,] )#retracted_reqs: (\d+)"),
     ),
-    (KIND_KV_ALLOC_FAIL, re.compile(r"(?P<which>Prefill|Decode)? ?[Oo]ut of memory\. (?:Try to lower your batch size|This should never happen)")),
-    (KIND_KV_ALLOC_DETAIL, re.compile(r"^\s*(?:Try to allocate (?P<want>\d+) tokens|Available (?:full )?tokens: (?P<avail>\d+))")),
+    (KIND_KV_ALLOC_FAIL, lazy('ut of memory. ', r"(?P<which>Prefill|Decode)? ?[Oo]ut of memory\. (?:Try to lower your batch size|This should never happen)")),
+    (KIND_KV_ALLOC_DETAIL, lazy(None, r"^\s*(?:Try to allocate (?P<want>\d+) tokens|Available (?:full )?tokens: (?P<avail>\d+))")),
     (
         KIND_REQ_SLOTS_FAIL,
-        re.compile(r"alloc_req_slots runs out of memory(?:.*?available_size\(\)=(?P<avail>\d+), num_reqs=(?P<reqs>\d+))?"),
+        lazy(None, r"alloc_req_slots runs out of memory(?:.*?available_size\(\)=(?P<avail>\d+), num_reqs=(?P<reqs>\d+))?"),
     ),
-    (KIND_REQ_SLOTS_FAIL, re.compile(r"No space left for only one request")),
-    (KIND_SCHED_EXC, re.compile(r"(?P<who>Scheduler|DataParallelController|TpModelWorkerClient|DetokenizerManager) hit an exception")),
-    (KIND_SIGQUIT, re.compile(r"Received sigquit from a child process")),
-    (KIND_STRAGGLER, re.compile(r"TP rank (\d+) could finish the model loading, but there are other ranks that didn't finish loading")),
-    (KIND_OMNI_STAGE, re.compile(r"sglang_ar_(?P<step>startup|started) stage=(?P<stage>\w+)(?P<rest>.*)")),
+    (KIND_REQ_SLOTS_FAIL, lazy(None, r"No space left for only one request")),
+    (KIND_SCHED_EXC, lazy('hit an exception', r"(?P<who>Scheduler|DataParallelController|TpModelWorkerClient|DetokenizerManager) hit an exception")),
+    (KIND_SIGQUIT, lazy('sigquit', r"Received sigquit from a child process")),
+    (KIND_STRAGGLER, lazy("other ranks that didn't finish", r"TP rank (\d+) could finish the model loading, but there are other ranks that didn't finish loading")),
+    (KIND_OMNI_STAGE, lazy('sglang_ar_start', r"sglang_ar_(?P<step>startup|started) stage=(?P<stage>\w+)(?P<rest>.*)")),
     (
         KIND_OMNI_FLOOR,
-        re.compile(rf"(?:auto mem_fraction_static|colocated total_gpu_memory_fraction) {_F} minus encoder_mem_reserve {_F} = {_F} is below the safe floor"),
+        lazy('safe floor', rf"(?:auto mem_fraction_static|colocated total_gpu_memory_fraction) {_F} minus encoder_mem_reserve {_F} = {_F} is below the safe floor"),
     ),
-    (KIND_OMNI_ENCODER_FAIL, re.compile(r"SimpleScheduler: compute_fn failed for (?P<rid>\S+)|Worker: request (?P<rid2>\S+) failed|OmniEngine (?:overlap )?step failed")),
-    (KIND_MM_CACHE_FULL, re.compile(r"Multimodal embedding cache is full")),
-    (KIND_MM_RESERVE, re.compile(rf"Reserving {_F} GB of the KV budget for post-sizing multimodal")),
+    (KIND_OMNI_ENCODER_FAIL, lazy(None, r"SimpleScheduler: compute_fn failed for (?P<rid>\S+)|Worker: request (?P<rid2>\S+) failed|OmniEngine (?:overlap )?step failed")),
+    (KIND_MM_CACHE_FULL, lazy('embedding cache is full', r"Multimodal embedding cache is full")),
+    (KIND_MM_RESERVE, lazy('post-sizing multimodal', rf"Reserving {_F} GB of the KV budget for post-sizing multimodal")),
     # The fixed "Possible solutions:" block after a capture failure; it names this version's flags.
     (
         KIND_CAPTURE_ADVICE,
-        re.compile(
+        lazy(None, 
             r"(?:Possible solutions:|^\s*\d\. (?:set --mem-fraction-static|set --cuda-graph-max-bs(?P<decode>-decode)?|disable (?:decode )?(?:cuda|CUDA) graph|disable torch compile|set --piecewise)"
             r"|Open an issue on GitHub|This is not an out-of-memory error)"
         ),
     ),
 )
 
-_UNBALANCED_RE = re.compile(r"The memory capacity is unbalanced")
-_UNBALANCED_NUMS_RE = re.compile(rf"min_per_gpu_memory={_F}(?: ?GB)?, local_gpu_memory={_F}")
+_UNBALANCED_RE = lazy("memory capacity is unbalanced", r"The memory capacity is unbalanced")
+_UNBALANCED_NUMS_RE = lazy("min_per_gpu_memory=", rf"min_per_gpu_memory={_F}(?: ?GB)?, local_gpu_memory={_F}")
 
 # server_args keys the budget and advice need; anything else stays in the raw text.
 _ARG_KEYS = (
@@ -200,8 +201,8 @@ _ARG_KEYS = (
     "disable_radix_cache",
     "device",
 )
-_ARG_RE = re.compile(r"(?<![\w.])(" + "|".join(_ARG_KEYS) + r")=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[\w.+-]+)")
-_OMNI_KV_RE = re.compile(r"(\w+)=(\S+)")
+_ARG_RE = lazy("=", r"(?<![\w.])(" + "|".join(_ARG_KEYS) + r")=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[\w.+-]+)")
+_OMNI_KV_RE = lazy("=", r"(\w+)=(\S+)")
 
 
 def parse_server_args(text: str) -> dict[str, Any]:

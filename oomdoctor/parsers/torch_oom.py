@@ -11,6 +11,7 @@ import re
 from collections import deque
 
 from oomdoctor.evidence import Event, Line, LineRef, ProcessUsage
+from oomdoctor.patterns import LazyRegex, lazy
 from oomdoctor.units import UnitError, is_plausible_device_bytes, parse_size_bytes
 
 KIND_OOM = "torch_oom"
@@ -37,80 +38,80 @@ ANCHORS: tuple[bytes, ...] = (
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
 
 # --- the allocator message -------------------------------------------------------------------
-_OOM_START_RE = re.compile(
+_OOM_START_RE = lazy(None, 
     r"(?P<backend>CUDA|HIP|NPU|XPU|MLU)\s*out\s*of\s*memory\b|(?<![A-Za-z])Out\s*of\s*memory\.\s*Tried\s*to\s*allocate"
 )
-_OOM_COMPLETE_RE = re.compile(
+_OOM_COMPLETE_RE = lazy(None, 
     r"reserved\s*by\s*PyTorch\s*but\s*unallocated|reserved\s*in\s*total\s*by\s*PyTorch\s*\)|\bcached\s*\)"
     r"|See\s*documentation|PYTORCH_(?:CUDA_)?ALLOC_CONF"
 )
-_REQUESTED_RE = re.compile(rf"Tried\s*to\s*allocate\s*({_SIZE})")
-_ERA2_RE = re.compile(
+_REQUESTED_RE = lazy("allocate", rf"Tried\s*to\s*allocate\s*({_SIZE})")
+_ERA2_RE = lazy("free", 
     rf"(?:GPU|NPU|XPU|device)\s*(\d+)\s*has\s*a\s*total\s*capac(?:i)?ty\s*of\s*({_SIZE})\s*of\s*which\s*({_SIZE})\s*is\s*free"
 )
-_ERA0_RE = re.compile(
+_ERA0_RE = lazy("free", 
     rf"\(\s*(?:GPU|NPU|XPU)\s*(\d+)\s*;\s*({_SIZE})\s*total\s*capac(?:i)?ty\s*;\s*(?:({_SIZE})\s*already\s*allocated\s*;\s*)?"
     rf"({_SIZE})\s*free\s*;\s*(?:({_SIZE})\s*allowed\s*;\s*)?({_SIZE})\s*(?:reserved\s*in\s*total\s*by\s*PyTorch|cached)"
 )
-_PROCESS_RE = re.compile(rf"(?:Process\s*(\d+)|this\s*process)\s*has\s*({_SIZE})\s*memory\s*in\s*use")
-_ALLOWED_RE = re.compile(rf"({_SIZE})\s*allowed\s*;")
-_ALLOCATED_RE = re.compile(rf"Of\s*the\s*allocated\s*memory\s*({_SIZE})\s*is\s*allocated\s*by\s*PyTorch")
-_PRIVATE_RE = re.compile(rf"with\s*({_SIZE})\s*allocated\s*in\s*private\s*pools")
-_UNALLOCATED_RE = re.compile(rf"and\s*({_SIZE})\s*is\s*reserved\s*by\s*PyTorch\s*but\s*unallocated")
-_EXC_RE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception))\s*(?::|\(\s*['\"])\s*(?:[\w ]+:\s*)?$")
+_PROCESS_RE = lazy("memory", rf"(?:Process\s*(\d+)|this\s*process)\s*has\s*({_SIZE})\s*memory\s*in\s*use")
+_ALLOWED_RE = lazy("allowed", rf"({_SIZE})\s*allowed\s*;")
+_ALLOCATED_RE = lazy("allocated", rf"Of\s*the\s*allocated\s*memory\s*({_SIZE})\s*is\s*allocated\s*by\s*PyTorch")
+_PRIVATE_RE = lazy("private", rf"with\s*({_SIZE})\s*allocated\s*in\s*private\s*pools")
+_UNALLOCATED_RE = lazy("unallocated", rf"and\s*({_SIZE})\s*is\s*reserved\s*by\s*PyTorch\s*but\s*unallocated")
+_EXC_RE = lazy(None, r"([A-Za-z_][\w.]*(?:Error|Exception))\s*(?::|\(\s*['\"])\s*(?:[\w ]+:\s*)?$")
 
-_WRAPPERS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("marked", re.compile(r"^\[(repr|json_body|worker|engine|pytest)\] ")),
-    ("cuda_graph_capture", re.compile(r"Capture cuda graph failed|CUDA graph capture failed|capture failed", re.I)),
-    ("repr", re.compile(r"OutOfMemoryError\(\s*['\"]")),
-    ("json_body", re.compile(r"\{\s*\"(?:error|detail|message)\"")),
-    ("worker", re.compile(r"Worker failed with error")),
-    ("engine", re.compile(r"EngineGenerateError|EngineDeadError|MQEngineDeadError")),
-    ("pytest", re.compile(r"^FAILED \S+::")),
+_WRAPPERS: tuple[tuple[str, LazyRegex], ...] = (
+    ("marked", lazy(None, r"^\[(repr|json_body|worker|engine|pytest)\] ")),
+    ("cuda_graph_capture", lazy(None, r"Capture cuda graph failed|CUDA graph capture failed|capture failed", re.I)),
+    ("repr", lazy(None, r"OutOfMemoryError\(\s*['\"]")),
+    ("json_body", lazy(None, r"\{\s*\"(?:error|detail|message)\"")),
+    ("worker", lazy(None, r"Worker failed with error")),
+    ("engine", lazy(None, r"EngineGenerateError|EngineDeadError|MQEngineDeadError")),
+    ("pytest", lazy(None, r"^FAILED \S+::")),
 )
 
 # --- other OOM signatures ---------------------------------------------------------------------
-_DRIVER_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("cuda_runtime", re.compile(r"CUDA error: out of memory")),
-    ("cublas", re.compile(r"CUBLAS_STATUS_ALLOC_FAILED|CUBLAS_STATUS_NOT_INITIALIZED")),
-    ("nccl", re.compile(r"Cuda failure '?out of memory'?|Failed to CUDA calloc")),
-    ("cumem_allocator", re.compile(r"CUDA Error: out of memory at")),
-    ("hip", re.compile(r"hipErrorOutOfMemory")),
-    ("cusolver", re.compile(r"cusolver_status_alloc_failed", re.I)),
-    ("nvrm", re.compile(r"NVRM.*NV_ERR_NO_MEMORY|Out of memory \[NV_ERR_NO_MEMORY\]")),
+_DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
+    ("cuda_runtime", lazy("CUDA error", r"CUDA error: out of memory")),
+    ("cublas", lazy("CUBLAS_STATUS", r"CUBLAS_STATUS_ALLOC_FAILED|CUBLAS_STATUS_NOT_INITIALIZED")),
+    ("nccl", lazy(None, r"Cuda failure '?out of memory'?|Failed to CUDA calloc")),
+    ("cumem_allocator", lazy("CUDA Error", r"CUDA Error: out of memory at")),
+    ("hip", lazy("hipErrorOutOfMemory", r"hipErrorOutOfMemory")),
+    ("cusolver", lazy(None, r"cusolver_status_alloc_failed", re.I)),
+    ("nvrm", lazy("NV_ERR_NO_MEMORY", r"NVRM.*NV_ERR_NO_MEMORY|Out of memory \[NV_ERR_NO_MEMORY\]")),
 )
-_HOST_PATTERNS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
-    ("cpu_allocator", "strong", re.compile(r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (\d+) bytes)?")),
-    ("kernel_oom_killer", "strong", re.compile(r"Out of memory: Killed process (\d+) \(([^)]*)\)")),
-    ("cgroup", "strong", re.compile(r"Memory cgroup out of memory|oom-kill:|OOMKilled")),
-    ("sigkill", "weak", re.compile(r"(?:^|\s)Killed\s*$|\b\d+ Killed\s|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|exit code:?\s*-9\b|signal 9\b|SIGKILL")),
+_HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
+    ("cpu_allocator", "strong", lazy("DefaultCPUAllocator", r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (\d+) bytes)?")),
+    ("kernel_oom_killer", "strong", lazy("Killed process", r"Out of memory: Killed process (\d+) \(([^)]*)\)")),
+    ("cgroup", "strong", lazy(None, r"Memory cgroup out of memory|oom-kill:|OOMKilled")),
+    ("sigkill", "weak", lazy(None, r"(?:^|\s)Killed\s*$|\b\d+ Killed\s|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|exit code:?\s*-9\b|signal 9\b|SIGKILL")),
 )
 
-_TRACEBACK_RE = re.compile(r"Traceback \(most recent call last\)")
-_METHOD_RE = re.compile(r"while processing method (\w+)")
-_FRAME_RE = re.compile(r'^\s*File "([^"]+)", line \d+, in ([\w<>.]+)')
+_TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
+_METHOD_RE = lazy("processing method", r"while processing method (\w+)")
+_FRAME_RE = lazy("File ", r'^\s*File "([^"]+)", line \d+, in ([\w<>.]+)')
 
 # Where in a server an allocation failed, judged from traceback frames as (path, function)
 # patterns. Checked in this order: a forward pass inside graph capture is a capture OOM, an
 # encoder inside the model is an encoder OOM. Graph *replay* frames (cuda_graph_runner.replay) are
 # a normal decode step, so capture is matched on the function name only. The VLM routine that
 # wraps every forward (general_mm_embed_routine) is deliberately not an encoder marker.
-_STAGE_MARKERS: tuple[tuple[str, re.Pattern[str] | None, re.Pattern[str]], ...] = (
-    ("cuda_graph", None, re.compile(r"capture", re.I)),
+_STAGE_MARKERS: tuple[tuple[str, LazyRegex | None, LazyRegex], ...] = (
+    ("cuda_graph", None, lazy(None, r"capture", re.I)),
     (
         "weight_loading",
-        re.compile(r"model_loader|weight_utils"),
-        re.compile(r"^(?:load_model|load_weights|weight_loader|load_state_dict|from_pretrained|initialize_model|_load_w\w*)$"),
+        lazy(None, r"model_loader|weight_utils"),
+        lazy(None, r"^(?:load_model|load_weights|weight_loader|load_state_dict|from_pretrained|initialize_model|_load_w\w*)$"),
     ),
     (
         "kv_pool",
-        re.compile(r"memory_pool\.py|kv_cache_configurator|pool_configurator"),
-        re.compile(r"init_memory_pool|_create_buffers|^init_memory$|initialize_kv_cache|_initialize_kv_caches|allocate_kv_cache|_allocate_kv_cache\w*|TokenToKVPool"),
+        lazy(None, r"memory_pool\.py|kv_cache_configurator|pool_configurator"),
+        lazy(None, r"init_memory_pool|_create_buffers|^init_memory$|initialize_kv_cache|_initialize_kv_caches|allocate_kv_cache|_allocate_kv_cache\w*|TokenToKVPool"),
     ),
     (
         "encoder",
-        re.compile(r"/vision\w*\.py|siglip|/clip\.py|_vit\b|/vit\w*\.py|audio_encoder|whisper", re.I),
-        re.compile(
+        lazy(None, r"/vision\w*\.py|siglip|/clip\.py|_vit\b|/vit\w*\.py|audio_encoder|whisper", re.I),
+        lazy(None, 
             r"get_image_feature|get_audio_feature|get_video_feature|encode_images|embed_mm_inputs|_process_image_input"
             r"|_process_video_input|get_multimodal_embeddings|compute_fn|^visual$|vision_tower|audio_tower|_encode_(?:image|audio|video)",
             re.I,
@@ -119,12 +120,12 @@ _STAGE_MARKERS: tuple[tuple[str, re.Pattern[str] | None, re.Pattern[str]], ...] 
     (
         "forward",
         None,
-        re.compile(r"forward|run_batch|execute_model|_dummy_run|generate|prefill|decode", re.I),
+        lazy(None, r"forward|run_batch|execute_model|_dummy_run|generate|prefill|decode", re.I),
     ),
 )
-_PHASE_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("prefill", re.compile(r"forward_extend|prefill|_dummy_sampler_run|profile_run|chunked", re.I)),
-    ("decode", re.compile(r"forward_decode|decode", re.I)),
+_PHASE_MARKERS: tuple[tuple[str, LazyRegex], ...] = (
+    ("prefill", lazy(None, r"forward_extend|prefill|_dummy_sampler_run|profile_run|chunked", re.I)),
+    ("decode", lazy(None, r"forward_decode|decode", re.I)),
 )
 
 

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from oomdoctor.evidence import Event, Line
+from oomdoctor.patterns import LazyRegex, lazy
 from oomdoctor.units import gib_to_bytes
 
 KIND_ARGS = "vllm_args"
@@ -73,75 +74,75 @@ ANCHORS: tuple[bytes, ...] = (
 _F = r"(-?\d+(?:\.\d+)?)"
 _N = r"(\d[\d,]*)"
 
-_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (KIND_ARGS, re.compile(r"non-default args: (\{.*\})|^args: Namespace\((?P<ns>.*)\)")),
-    (KIND_ENGINE_CONFIG, re.compile(r"Initializing an? (?:V1 )?LLM engine(?: \(v(?P<version>[\w.+-]+)\))? with config: (?P<rest>.*)")),
-    (KIND_WEIGHTS, re.compile(rf"(?:Model loading took {_F} ?GiB|Loading model weights took {_F} ?GB)")),
+_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
+    (KIND_ARGS, lazy('args', r"non-default args: (\{.*\})|^args: Namespace\((?P<ns>.*)\)")),
+    (KIND_ENGINE_CONFIG, lazy('LLM engine', r"Initializing an? (?:V1 )?LLM engine(?: \(v(?P<version>[\w.+-]+)\))? with config: (?P<rest>.*)")),
+    (KIND_WEIGHTS, lazy('took', rf"(?:Model loading took {_F} ?GiB|Loading model weights took {_F} ?GB)")),
     (
         KIND_PROFILE_TOTAL,
-        re.compile(rf"total_gpu_memory \({_F} ?GiB\) x gpu_memory_utilization \({_F}\) = {_F} ?GiB"),
+        lazy('total_gpu_memory (', rf"total_gpu_memory \({_F} ?GiB\) x gpu_memory_utilization \({_F}\) = {_F} ?GiB"),
     ),
     (
         KIND_PROFILE_BREAKDOWN,
-        re.compile(
+        lazy('model weights take', 
             rf"model weights take {_F} ?GiB; non_torch_memory takes {_F} ?GiB; PyTorch activation peak memory takes {_F} ?GiB; "
             rf"the rest of the memory reserved for KV Cache is {_F} ?GiB"
         ),
     ),
     (
         KIND_PROFILE_V0_RESULTS,
-        re.compile(
+        lazy('Memory profiling results', 
             rf"Memory profiling results:.*?total_gpu_memory={_F} ?GiB.*?peak_torch_memory={_F} ?GiB.*?non_torch_memory={_F} ?GiB, "
             rf"kv_cache_size={_F} ?GiB, gpu_memory_utilization={_F}"
         ),
     ),
     (
         KIND_PROFILE_V1,
-        re.compile(
+        lazy('Total non KV cache memory', 
             rf"Total non KV cache memory: {_F} ?GiB; torch peak memory increase: {_F} ?GiB; non-torch forward increase memory: {_F} ?GiB;"
             rf"(?: total consumed \(from mem_get_info\): {_F} ?GiB;)? weights memory: {_F} ?GiB"
         ),
     ),
     (
         KIND_PROFILE_ASSERT,
-        re.compile(rf"Error in memory profiling\. Initial free memory {_F}(?: GiB)?, current free memory {_F}(?: GiB)?"),
+        lazy('Error in memory profiling', rf"Error in memory profiling\. Initial free memory {_F}(?: GiB)?, current free memory {_F}(?: GiB)?"),
     ),
-    (KIND_PROFILE_HEADER, re.compile(rf"^Memory profiling takes {_F} seconds\s*$")),
-    (KIND_INITIAL_FREE, re.compile(rf"Initial free memory:? {_F} GiB[;,] (?:Requested memory: {_F} \(util\), {_F} GiB)?")),
-    (KIND_KV_AVAILABLE, re.compile(rf"Available KV cache memory: {_F} GiB")),
-    (KIND_KV_TOKENS, re.compile(rf"GPU KV cache size: {_N} tokens(?:, Maximum concurrency for {_N} tokens per request: {_F}x)?")),
-    (KIND_CONCURRENCY, re.compile(rf"Maximum concurrency for {_N} tokens per request: {_F}x")),
-    (KIND_GPU_BLOCKS, re.compile(r"# (?:GPU|cuda) blocks: (\d+)")),
-    (KIND_GRAPH_DONE, re.compile(rf"Graph capturing finished in {_F} secs?, took {_F} GiB")),
-    (KIND_GRAPH_ESTIMATE, re.compile(rf"Estimated CUDA graph memory: {_F} GiB total")),
-    (KIND_GRAPH_BEGIN, re.compile(r"Capturing the model for CUDA graphs|CUDA graphs can take additional|Capturing CUDA graphs? (?:shapes|\()|Capturing cudagraphs?|Profiling CUDA graph memory")),
+    (KIND_PROFILE_HEADER, lazy('Memory profiling takes', rf"^Memory profiling takes {_F} seconds\s*$")),
+    (KIND_INITIAL_FREE, lazy('Initial free memory', rf"Initial free memory:? {_F} GiB[;,] (?:Requested memory: {_F} \(util\), {_F} GiB)?")),
+    (KIND_KV_AVAILABLE, lazy('Available KV cache memory', rf"Available KV cache memory: {_F} GiB")),
+    (KIND_KV_TOKENS, lazy('GPU KV cache size', rf"GPU KV cache size: {_N} tokens(?:, Maximum concurrency for {_N} tokens per request: {_F}x)?")),
+    (KIND_CONCURRENCY, lazy('Maximum concurrency', rf"Maximum concurrency for {_N} tokens per request: {_F}x")),
+    (KIND_GPU_BLOCKS, lazy('blocks:', r"# (?:GPU|cuda) blocks: (\d+)")),
+    (KIND_GRAPH_DONE, lazy('Graph capturing finished', rf"Graph capturing finished in {_F} secs?, took {_F} GiB")),
+    (KIND_GRAPH_ESTIMATE, lazy('Estimated CUDA graph memory', rf"Estimated CUDA graph memory: {_F} GiB total")),
+    (KIND_GRAPH_BEGIN, lazy(None, r"Capturing the model for CUDA graphs|CUDA graphs can take additional|Capturing CUDA graphs? (?:shapes|\()|Capturing cudagraphs?|Profiling CUDA graph memory")),
     (
         KIND_FREE_LESS,
-        re.compile(
+        lazy('Free memory on device', 
             rf"Free memory on device(?: (?P<dev>[\w:]+))? \({_F}/{_F} GiB\) on startup is less than desired GPU memory utilization \({_F}, {_F} GiB\)"
         ),
     ),
-    (KIND_NO_CACHE_BLOCKS, re.compile(r"No available memory for the cache blocks")),
+    (KIND_NO_CACHE_BLOCKS, lazy('No available memory for the cache blocks', r"No available memory for the cache blocks")),
     (
         KIND_ONE_REQUEST,
-        re.compile(
+        lazy('max seq len', 
             rf"To serve at least one request with the models?'s max seq len \({_N}\), \({_F} GiB KV cache is needed, which is larger than "
             rf"the available KV cache memory \({_F} GiB\)\.(?: Based on the available memory, the estimated maximum model length is {_N}\.)?"
             rf"|The model's max seq len \({_N}\) is larger than the maximum number of tokens that can be stored in KV cache \({_N}\)"
         ),
     ),
-    (KIND_PREEMPT, re.compile(r"is preempted by PreemptionMode\.(\w+) mode because there is not enough KV cache space.*?total_num_cumulative_preemption=(\d+)")),
-    (KIND_ENGINE_FAILED, re.compile(r"EngineCore failed to start|WorkerProc hit an exception|Engine core initialization failed|died unexpectedly|EngineDeadError|EngineCore encountered a fatal error")),
-    (KIND_MM_PROFILE, re.compile(r"Starting profile run for multi-modal models|Encoder cache will be initialized")),
-    (KIND_READY, re.compile(r"Application startup complete|Starting vLLM API server")),
-    (KIND_CHUNKED, re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")),
-    (KIND_LOAD_START, re.compile(r"Starting to load model (\S+)")),
+    (KIND_PREEMPT, lazy('is preempted by', r"is preempted by PreemptionMode\.(\w+) mode because there is not enough KV cache space.*?total_num_cumulative_preemption=(\d+)")),
+    (KIND_ENGINE_FAILED, lazy(None, r"EngineCore failed to start|WorkerProc hit an exception|Engine core initialization failed|died unexpectedly|EngineDeadError|EngineCore encountered a fatal error")),
+    (KIND_MM_PROFILE, lazy(None, r"Starting profile run for multi-modal models|Encoder cache will be initialized")),
+    (KIND_READY, lazy(None, r"Application startup complete|Starting vLLM API server")),
+    (KIND_CHUNKED, lazy('Chunked prefill is enabled', r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")),
+    (KIND_LOAD_START, lazy('Starting to load model', r"Starting to load model (\S+)")),
 )
 
-_DICT_ITEM_RE = re.compile(r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|[\w.+-]+)")
-_CONFIG_ITEM_RE = re.compile(r"(?<![\w.])(\w+)=('(?:[^'\\]|\\.)*'|[\w.+/-]+)")
-_CAPTURE_SIZES_RE = re.compile(r"['\"]?(?:cudagraph_capture_sizes|capture_sizes)['\"]?\s*[:=]\s*\[([\d,\s]*)\]")
-_MAX_CAPTURE_RE = re.compile(r"['\"]?max_(?:cudagraph_)?capture_size['\"]?\s*[:=]\s*(\d+)")
+_DICT_ITEM_RE = lazy("'", r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|[\w.+-]+)")
+_CONFIG_ITEM_RE = lazy("=", r"(?<![\w.])(\w+)=('(?:[^'\\]|\\.)*'|[\w.+/-]+)")
+_CAPTURE_SIZES_RE = lazy("capture_sizes", r"['\"]?(?:cudagraph_capture_sizes|capture_sizes)['\"]?\s*[:=]\s*\[([\d,\s]*)\]")
+_MAX_CAPTURE_RE = lazy("capture_size", r"['\"]?max_(?:cudagraph_)?capture_size['\"]?\s*[:=]\s*(\d+)")
 
 _ARG_KEYS = {
     "model",
@@ -203,7 +204,7 @@ def _config_values(text: str, pattern: re.Pattern[str]) -> dict[str, Any]:
 
 # Error messages long enough to be hard-wrapped by a terminal ("... (4.26 GiB KV cach" / "e is needed");
 # a line that starts one but does not match whole is joined with the next lines before giving up.
-_WRAPPABLE = re.compile(r"To serve at least one request|Free memory on device|The model's max seq len|No available memory for the cache")
+_WRAPPABLE = lazy(None, r"To serve at least one request|Free memory on device|The model's max seq len|No available memory for the cache")
 _MAX_JOIN = 4
 
 
