@@ -50,8 +50,9 @@ def collect(
         except ImportError:
             psutil_module = None
     nvml = Nvml(nvml_module)
-    source, unavailable, gpus = None, None, []
+    source, unavailable, gpus, driver = None, None, [], None
     if nvml.start():
+        driver = nvml.driver_version()
         gpus = nvml.gpus()
         nvml.stop()
         source = "nvml"
@@ -81,7 +82,7 @@ def collect(
         "tool": {"name": "oomdoctor", "version": __version__},
         "created_unix": round(now if now is not None else time.time(), 3),
         "host": {"hostname": hostname or socket.gethostname(), "containerized": containerized, "visible_devices": host_visible},
-        "gpu_evidence": {"source": source, "unavailable": unavailable, "errors": nvml.errors},
+        "gpu_evidence": {"source": source, "unavailable": unavailable, "errors": nvml.errors, "driver_version": driver},
         "gpus": gpu_json,
         "logs": copied,
         "redacted": redact,

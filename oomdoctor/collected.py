@@ -61,7 +61,7 @@ def load(path: str) -> dict[str, Any]:
             gpus = smi.parse_smi_xml(text)
         except ValueError as exc:
             raise InputError(f"{path}: {exc}") from None
-        return {"kind": "gpus", "path": path, "source": "nvidia-smi -q -x", "gpus": [g.to_json() for g in gpus]}
+        return {"kind": "gpus", "path": path, "source": "nvidia-smi -q -x", "gpus": [g.to_json() for g in gpus], "driver_version": smi.driver_version_xml(text)}
     if path.endswith(".csv"):
         gpus = smi.parse_gpu_csv(text)
         if gpus:
@@ -77,7 +77,8 @@ def load(path: str) -> dict[str, Any]:
     if isinstance(data, dict) and data.get("kind") == "oomdoctor-samples":
         return {"kind": "samples", "path": path, "samples": data.get("samples") or [], "unavailable": data.get("unavailable")}
     if isinstance(data, dict) and data.get("kind") == BUNDLE_KIND:
-        return {"kind": "gpus", "path": path, "source": (data.get("gpu_evidence") or {}).get("source"), "gpus": data.get("gpus") or [], "manifest": data}
+        evidence = data.get("gpu_evidence") or {}
+        return {"kind": "gpus", "path": path, "source": evidence.get("source"), "gpus": data.get("gpus") or [], "driver_version": evidence.get("driver_version"), "manifest": data}
     if allocator.is_memory_stats(data):
         return {"kind": "memory_stats", "path": path, **allocator.stats_facts(allocator.load_memory_stats(path))}
     if isinstance(data, dict) and "segments" in data:

@@ -649,6 +649,10 @@ def _collected_facts(f: Facts, items: list[dict[str, Any]]) -> None:
 def _collected_gpus(f: Facts, item: dict[str, Any], ref: LineRef) -> None:
     gpus = item.get("gpus") or []
     f.set("collected_gpus", len(gpus), ref)
+    f.set("driver_version", item.get("driver_version"), ref)
+    names = sorted({g.get("name") for g in gpus if g.get("name")})
+    if names:
+        f.set("gpu_names", tuple(names), ref)
     foreign_bytes, foreign_pids, occupied = 0, [], 0
     identity_known = True
     for g in gpus:

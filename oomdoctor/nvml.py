@@ -101,6 +101,12 @@ class Nvml:
         if self._module is not None and self.available is None:
             self.call("nvmlShutdown", self._module.nvmlShutdown)
 
+    def driver_version(self) -> str | None:
+        m = self._module
+        if not hasattr(m, "nvmlSystemGetDriverVersion"):
+            return None
+        return self._text(self.call("nvmlSystemGetDriverVersion", m.nvmlSystemGetDriverVersion))
+
     def gpus(self) -> list[Gpu]:
         m = self._module
         count = self.call("nvmlDeviceGetCount", m.nvmlDeviceGetCount, default=0) or 0

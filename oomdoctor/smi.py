@@ -92,6 +92,13 @@ def attach_apps(gpus: list[Gpu], apps: list[dict[str, Any]]) -> None:
                     g.processes.append(GpuProcess(pid=app["pid"], used_bytes=app["used_bytes"]))
 
 
+def driver_version_xml(text: str) -> str | None:
+    try:
+        return (ET.fromstring(text).findtext("driver_version") or "").strip() or None
+    except ET.ParseError:
+        return None
+
+
 def parse_smi_xml(text: str) -> list[Gpu]:
     """`nvidia-smi -q -x`: every GPU with its framebuffer memory and compute processes."""
     try:

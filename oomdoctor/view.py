@@ -434,7 +434,8 @@ def _environment(f: Facts | None) -> dict[str, Any]:
         "model": f.get("model_path") or f.get("model_type"),
         "tp_size": f.get("tp_size"),
         "vllm_version": f.get("vllm_version"),
-        "torch_oom_message_era": None,
+        "driver_version": f.get("driver_version"),
+        "gpu_names": ", ".join(f.get("gpu_names")) if f.get("gpu_names") else None,
     }
     return {k: v for k, v in env.items() if v is not None}
 

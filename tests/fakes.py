@@ -41,6 +41,9 @@ class FakeNvml:
     def nvmlShutdown(self) -> None:
         pass
 
+    def nvmlSystemGetDriverVersion(self) -> bytes:
+        return self.s.get("driver_version", "550.54.15").encode()
+
     def nvmlDeviceGetCount(self) -> int:
         return len(self.s["devices"])
 

@@ -46,7 +46,7 @@ def test_idle_gpu_with_reserved_memory(tmp_path: Path) -> None:
     (g,) = m["gpus"]
     assert (g["uuid"], g["pci_bus_id"], g["name"]) == ("GPU-8a1c3f0e-5f41-4b8e-9d4c-1e2f3a4b5c6d", "00000000:19:00.0", "NVIDIA H100 80GB HBM3")
     assert (g["total_bytes"], g["used_bytes"], g["reserved_bytes"]) == (81559 << 20, 547 << 20, 531 << 20)
-    assert g["processes"] == [] and m["gpu_evidence"] == {"source": "nvml", "unavailable": None, "errors": []}
+    assert g["processes"] == [] and m["gpu_evidence"] == {"source": "nvml", "unavailable": None, "errors": [], "driver_version": "550.54.15"}
 
 
 def test_two_processes_on_one_gpu(tmp_path: Path) -> None:
@@ -228,6 +228,8 @@ def test_saved_nvidia_smi_output_given_to_diagnose(tmp_path: Path, run_cli) -> N
     d = run_cli("diagnose", str(log), str(gpus_csv), str(xml), "--format", "json").json
     kinds = [i["kind"] for i in d["inputs"]]
     assert kinds.count("gpus") == 2 and "log" in kinds
+    md = run_cli("diagnose", str(log), str(xml), "--format", "markdown").out
+    assert "| NVIDIA driver | 550.54.15 |" in md and "| GPU (from the snapshot) | NVIDIA H100 80GB HBM3 |" in md
     bad = tmp_path / "bad.xml"
     bad.write_text("<html></html>")
     res = run_cli("diagnose", str(log), str(bad))

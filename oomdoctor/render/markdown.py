@@ -65,7 +65,16 @@ def _environment(view: dict) -> list[str]:
     if not env:
         return []
     rows = [("oomdoctor", view["tool"]["version"])]
-    names = {"system": "serving system", "gpu": "GPU", "capacity_bytes": "GPU memory", "model": "model", "tp_size": "tensor parallel", "vllm_version": "vLLM"}
+    names = {
+        "system": "serving system",
+        "gpu_names": "GPU (from the snapshot)",
+        "gpu": "GPU (from the capacity)",
+        "capacity_bytes": "GPU memory",
+        "driver_version": "NVIDIA driver",
+        "model": "model",
+        "tp_size": "tensor parallel",
+        "vllm_version": "vLLM",
+    }
     for key, label in names.items():
         if key in env:
             rows.append((label, format_bytes(env[key]) if key.endswith("_bytes") else env[key]))
