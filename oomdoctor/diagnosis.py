@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from oomdoctor import __version__, advice, budget, collected
 from oomdoctor.errors import InputError
-from oomdoctor.evidence import Event, LineRef
+from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.facts import Facts, build_facts
 from oomdoctor.gpus import smallest_card_holding
 from oomdoctor.inputs import InputStats, expand_paths, iter_line_chunks
@@ -22,12 +22,11 @@ from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
 from oomdoctor.rule_engine import Rule, evaluate
-from oomdoctor.runs import is_oom_event, split_runs
+from oomdoctor.runs import RUN_START_KINDS, is_oom_event, split_runs
 from oomdoctor.scan import scan_lines
 
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS))
 SYSTEMS = ("sglang", "vllm", "torch")
-KIND_REPEATS = "repeats"
 _FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
 
 
@@ -97,10 +96,7 @@ _REPEATING = {
 _KEEP_FIRST = 16
 _KEEP_LAST = 64
 _UNPARSED_WINDOW = 64
-
-
 _FULL_RUNS = 64
-_RUN_STARTS = {sg.KIND_SERVER_ARGS, vl.KIND_ARGS}
 
 
 class _EventStore:
@@ -130,7 +126,7 @@ class _EventStore:
 
     def add(self, event: Event) -> None:
         kind = event.kind
-        if kind in _RUN_STARTS:
+        if kind in RUN_START_KINDS:
             self.run_starts.append(len(self.kept))
             if len(self.run_starts) > _FULL_RUNS + 1:
                 self._compact_oldest_full_run()

@@ -6,6 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# The event that stands for occurrences of a repeating kind left out to bound memory; its values are
+# {"kind": the kind, "dropped": how many were left out, "total": how many were read}.
+KIND_REPEATS = "repeats"
+
+
 @dataclass(frozen=True, slots=True)
 class LineRef:
     """Where a piece of evidence was read: input path, 1-based line number, rank tag, text."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from oomdoctor import budget
 from oomdoctor.budget import Derived, Step
-from oomdoctor.evidence import Event, LineRef
+from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.gpus import likely_gpu
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
@@ -63,6 +63,12 @@ def _min_event(events: list[Event], key: str) -> Event | None:
     """The worst rank's reading: SGLang takes the minimum free memory across ranks."""
     with_value = [e for e in events if e.get(key) is not None]
     return min(with_value, key=lambda e: e.get(key)) if with_value else None
+
+
+def _occurrences(events: list[Event], kind: str) -> int:
+    """How many events of a kind the log held, counting those the event store left out."""
+    kept = sum(1 for e in events if e.kind == kind)
+    return kept + sum(e.get("dropped", 0) for e in events if e.kind == KIND_REPEATS and e.get("kind") == kind)
 
 
 def _timeline_stage(events: list[Event], index: int) -> str:
@@ -238,8 +244,7 @@ def _startup_facts(f: Facts, events: list[Event], first_i: int) -> None:
     f.set("timeline_stage", _timeline_stage(events, first_i))
     retracts = [e for e in events if e.kind == sg.KIND_RETRACT]
     if retracts:
-        dropped = sum(e.get("dropped", 0) for e in events if e.kind == "repeats" and e.get("kind") == sg.KIND_RETRACT)
-        f.set("retraction_events", len(retracts) + dropped, retracts[-1].ref)
+        f.set("retraction_events", _occurrences(events, sg.KIND_RETRACT), retracts[-1].ref)
     multimodal = bool(omni) or any(h in str(f.get("model_type", "")) for h in _MM_HINTS)
     f.set("is_multimodal", multimodal)
     mm_reserve = next((e for e in events if e.kind == sg.KIND_MM_RESERVE), None)
@@ -351,12 +356,9 @@ def _sglang_error_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> No
             f.set("req_slots_failed", True, e.ref)
             f.set("req_slots_available", e.get("available_slots"), e.ref)
             f.set("req_slots_requested", e.get("requested_slots"), e.ref)
-        elif e.kind == sg.KIND_OMNI_ENCODER_FAIL:
-            if "encoder_request_failed" not in f.values:
-                f.set("encoder_request_failed", True, e.ref)
-            f.set("encoder_failures", f.get("encoder_failures", 0) + 1)
-        elif e.kind == "repeats" and e.get("kind") == sg.KIND_OMNI_ENCODER_FAIL:
-            f.set("encoder_failures", f.get("encoder_failures", 0) + e.get("dropped", 0))
+        elif e.kind == sg.KIND_OMNI_ENCODER_FAIL and "encoder_request_failed" not in f.values:
+            f.set("encoder_request_failed", True, e.ref)
+            f.set("encoder_failures", _occurrences(events, sg.KIND_OMNI_ENCODER_FAIL))
         elif e.kind == sg.KIND_CAPTURE_ADVICE and e.get("decode_flag"):
             f.set("cuda_graph_flag", "--cuda-graph-max-bs-decode", e.ref)
         elif e.kind == sg.KIND_STRAGGLER:

@@ -13,6 +13,9 @@ from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
 
+# The line a server prints once per start: its arguments.
+RUN_START_KINDS = frozenset({sg.KIND_SERVER_ARGS, vl.KIND_ARGS})
+
 # Events that show an OOM (or a memory failure SGLang reports itself).
 _OOM_KINDS = {
     tt.KIND_OOM,
@@ -72,7 +75,7 @@ def split_runs(events_per_input: list[list[Event]]) -> list[Run]:
         for event in events:
             # A run starts at SGLang's server_args, vLLM's non-default args, or a vLLM engine config
             # line that is not the first of its run (the API server logs args, then the engine config).
-            starts = event.kind in (sg.KIND_SERVER_ARGS, vl.KIND_ARGS) or (event.kind == vl.KIND_ENGINE_CONFIG and seen_engine)
+            starts = event.kind in RUN_START_KINDS or (event.kind == vl.KIND_ENGINE_CONFIG and seen_engine)
             if starts:
                 if seen_args or seen_engine:
                     number += 1

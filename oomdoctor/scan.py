@@ -21,7 +21,8 @@ CONTEXT_LINES = 3
 MAX_TEXT_CHARS = 4000
 
 
-def _compile(anchors: tuple[bytes, ...]):
+@lru_cache(maxsize=8)
+def _compiled(anchors: tuple[bytes, ...]):
     """One alternation of every anchor, compiled with RE2 when it is installed.
 
     RE2 runs the alternation as a DFA, about 450 MB/s here against 35 MB/s for one bytes.find per
@@ -34,11 +35,6 @@ def _compile(anchors: tuple[bytes, ...]):
         return re2.compile(pattern)
     except ImportError:  # pragma: no cover - exercised where google-re2 has no wheel
         return re.compile(pattern)
-
-
-@lru_cache(maxsize=8)
-def _compiled(anchors: tuple[bytes, ...]):
-    return _compile(anchors)
 
 
 def _anchor_line_starts(chunk: bytes, anchors: tuple[bytes, ...]) -> list[int]:

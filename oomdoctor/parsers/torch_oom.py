@@ -61,7 +61,6 @@ _UNALLOCATED_RE = lazy("unallocated", rf"and\s*({_SIZE})\s*is\s*reserved\s*by\s*
 _EXC_RE = lazy(None, r"([A-Za-z_][\w.]*(?:Error|Exception))\s*(?::|\(\s*['\"])\s*(?:[\w ]+:\s*)?$")
 
 _WRAPPERS: tuple[tuple[str, LazyRegex], ...] = (
-    ("marked", lazy(None, r"^\[(repr|json_body|worker|engine|pytest)\] ")),
     ("cuda_graph_capture", lazy(None, r"Capture cuda graph failed|CUDA graph capture failed|capture failed", re.I)),
     ("repr", lazy(None, r"OutOfMemoryError\(\s*['\"]")),
     ("json_body", lazy(None, r"\{\s*\"(?:error|detail|message)\"")),
@@ -144,6 +143,10 @@ def _parse_size(text: str | None, implausible: list[str] | None = None) -> int |
     return value
 
 
+def _wrapper_of(text: str) -> str | None:
+    return next((name for name, pattern in _WRAPPERS if pattern.search(text)), None)
+
+
 def classify_frames(frames: tuple[tuple[str, str], ...]) -> tuple[str, str | None]:
     """Stage and phase of a failed allocation from its traceback frames (file, function)."""
     if not frames:
@@ -218,11 +221,7 @@ def parse_oom_message(text: str) -> dict:
     unallocated = _UNALLOCATED_RE.search(text)
     if unallocated:
         values["reserved_unallocated_bytes"] = size(unallocated.group(1))
-    for name, pattern in _WRAPPERS:
-        wm = pattern.search(text)
-        if wm:
-            values["wrapper"] = wm.group(1) if name == "marked" else name
-            break
+    values["wrapper"] = _wrapper_of(text)
     values["complete"] = bool(_OOM_COMPLETE_RE.search(text))
     if bad:
         values["implausible"] = tuple(bad)
@@ -234,7 +233,8 @@ class TorchParser:
 
     def __init__(self) -> None:
         self._frames: dict[str | None, deque[tuple[str, str]]] = {}
-        self._pending: tuple[list[LineRef], str, str | None, str | None] | None = None
+        # (line refs, joined message, rank, exception name, wrapper seen before the message)
+        self._pending: tuple[list[LineRef], str, str | None, str | None, str | None] | None = None
 
     def _frames_of(self, rank: str | None) -> deque[tuple[str, str]]:
         frames = self._frames.get(rank)
@@ -245,9 +245,11 @@ class TorchParser:
     def _emit_pending(self) -> list[Event]:
         if self._pending is None:
             return []
-        refs, text, rank, exc = self._pending
+        refs, text, rank, exc, wrapper = self._pending
         self._pending = None
         values = parse_oom_message(text)
+        if wrapper:
+            values["wrapper"] = wrapper
         if exc:
             values["exception"] = exc
         frames = tuple(self._frames_of(rank))
@@ -275,11 +277,11 @@ class TorchParser:
         out: list[Event] = []
         msg = line.msg
         if self._pending is not None:
-            refs, text, rank, exc = self._pending
+            refs, text, rank, exc, wrapper = self._pending
             if self._continues(line, rank) and len(refs) < 6:
                 text += msg.strip()
                 refs.append(line.ref)
-                self._pending = (refs, text, rank, exc)
+                self._pending = (refs, text, rank, exc, wrapper)
                 if _OOM_START_RE.search(text) and _OOM_COMPLETE_RE.search(text):
                     out.extend(self._emit_pending())
                 return out
@@ -298,15 +300,9 @@ class TorchParser:
             head = msg[: start.start()]
             exc_m = _EXC_RE.search(head)
             text = msg[start.start():]
-            if "Capture cuda graph failed" in head:
-                text = "Capture cuda graph failed: " + text
-            for name, pattern in _WRAPPERS:
-                if pattern.search(head):
-                    # Keep the wrapper visible to parse_oom_message, which sees only the message.
-                    text = f"[{name}] " + text if name != "cuda_graph_capture" else text
-                    break
             pending_refs = [line.ref]
-            self._pending = (pending_refs, text, line.ref.rank, exc_m.group(1) if exc_m else None)
+            # The wrapper is named by what precedes the message on its line; parse_oom_message sees only the message.
+            self._pending = (pending_refs, text, line.ref.rank, exc_m.group(1) if exc_m else None, _wrapper_of(head))
             if _OOM_COMPLETE_RE.search(text):
                 out.extend(self._emit_pending())
             return out
