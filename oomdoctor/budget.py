@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from oomdoctor.units import GIB, MIB, bytes_to_gib, ceil_to, floor_to, format_bytes
+from oomdoctor.units import GIB, MIB, ceil_to, floor_to, format_bytes, gib_text
 
 # SGLang never leaves less than this for activations on a card over 60 GiB (the "big-GPU floor" of
 # its auto-tune, log_formats.md §1.6, and the 80 GB tier reserve of Era B at TP=1).
@@ -40,8 +40,7 @@ class Derived:
     steps: tuple[Step, ...] = field(default_factory=tuple)
 
 
-def _g(n_bytes: float) -> str:
-    return f"{bytes_to_gib(n_bytes):.2f} GiB"
+_g = gib_text
 
 
 # --- SGLang: the split of pre-load free memory -----------------------------------------------------

@@ -197,7 +197,7 @@ def run_cmd(out_dir: str, interval_ms: int, command: tuple[str, ...]) -> None:
     sys.exit(flight.run(list(command), out_dir, interval_ms))
 
 
-@cli.group(cls=_Group, help="List, explain and check the rule catalogue.")
+@cli.group(help="List, explain and check the rule catalogue.")
 def rules() -> None:
     pass
 

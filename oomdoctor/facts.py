@@ -17,7 +17,7 @@ from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
 from oomdoctor.runs import Run, dedupe_ooms, is_oom_event
-from oomdoctor.units import GIB, MIB
+from oomdoctor.units import GIB, MIB, gib_text
 
 # CUDA context + allocator bookkeeping on a fresh process; what capacity - pre holds besides NCCL
 # and other processes.
@@ -390,7 +390,7 @@ def _budget_facts(f: Facts) -> None:
             "weights_bytes",
             weights,
             *refs[:2],
-            derivation=Derived(weights, (Step("weights W = pre - post", f"{pre / GIB:.2f} GiB - {post / GIB:.2f} GiB", weights),)),
+            derivation=Derived(weights, (Step("weights W = pre - post", f"{gib_text(pre)} - {gib_text(post)}", weights),)),
         )
         f.set("weights_share_of_pre", round(weights / pre, 4), *refs[:2])
         if mfs is not None:

@@ -17,7 +17,7 @@ from typing import Any
 from oomdoctor import budget
 from oomdoctor.budget import Derived, Step
 from oomdoctor.errors import ExitCode, InputError, OomdoctorError
-from oomdoctor.units import GIB, MIB
+from oomdoctor.units import GIB, MIB, gib_text
 
 # What a fresh server spends before SGLang's first free-memory reading: the CUDA context and, with
 # TP > 1, NCCL's buffers. pre = capacity - this.
@@ -201,7 +201,7 @@ def plan(
     steps: list[Step] = [
         Step("card capacity", gpu_name, capacity_bytes),
         Step("pre: free before weights (estimated)", f"capacity - CUDA context 0.59 GiB{' - NCCL 0.50 GiB' if tp > 1 else ''}", pre),
-        Step("weights per rank", f"{model.weights_bytes / GIB:.2f} GiB ({model.weights_source}) / tp {tp}", weights_rank),
+        Step("weights per rank", f"{gib_text(model.weights_bytes)} ({model.weights_source}) / tp {tp}", weights_rank),
         *cell.steps,
         Step("one max-length request's KV", f"{ctx} tokens * {cell.value} B", one_request),
     ]
@@ -281,7 +281,7 @@ def what_fits(model: Model, context_len: int | None, kv_cache_dtype: str, system
 
 
 def render_text(p: dict[str, Any], fits: list[dict[str, Any]]) -> str:
-    g = lambda n: f"{n / GIB:.2f} GiB"  # noqa: E731
+    g = gib_text
     lines = [
         f"PLAN: {p['model']} on {p['gpu']} ({g(p['capacity_bytes'])}), tp={p['tp_size']}, context {p['context_len']}, {p['system']}",
         f"  weights {g(p['weights_bytes'])} ({p['weights_source']}), {g(p['weights_per_rank_bytes'])} per rank; KV {p['cell_bytes']} B/token ({p['attention']})",

@@ -60,11 +60,6 @@ def gib_to_bytes(gib: float) -> int:
     return round(gib * GIB)
 
 
-def bytes_to_gib(n_bytes: int | float) -> float:
-    """Bytes to GiB, unrounded."""
-    return n_bytes / GIB
-
-
 def mib_to_bytes(mib: float) -> int:
     """MiB (as nvidia-smi and SGLang's auto-tune reserves use them) to bytes."""
     return round(mib * MIB)
@@ -90,6 +85,11 @@ def format_gib(n_bytes: int | float | None, digits: int = 2) -> str:
     if n_bytes is None:
         return "n/a"
     return f"{n_bytes / GIB:.{digits}f}"
+
+
+def gib_text(n_bytes: int | float) -> str:
+    """Bytes as "78.00 GiB": the one unit the budget arithmetic and the charts speak."""
+    return f"{n_bytes / GIB:.2f} GiB"
 
 
 def is_plausible_device_bytes(n_bytes: int | float) -> bool:

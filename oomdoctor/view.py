@@ -16,7 +16,7 @@ from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
 from oomdoctor.redact import redact_obj
 from oomdoctor.render.json_out import to_dict
-from oomdoctor.units import GIB, floor_to
+from oomdoctor.units import floor_to
 
 # Segment kinds of a GPU bar, in drawing order, with their legend labels.
 SEGMENTS = (
@@ -438,7 +438,3 @@ def _environment(f: Facts | None) -> dict[str, Any]:
         "gpu_names": ", ".join(f.get("gpu_names")) if f.get("gpu_names") else None,
     }
     return {k: v for k, v in env.items() if v is not None}
-
-
-def gib(n: int | float | None) -> str:
-    return "n/a" if n is None else f"{n / GIB:.2f}"

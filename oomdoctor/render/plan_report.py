@@ -6,11 +6,8 @@ from typing import Any
 
 from jinja2 import Environment, StrictUndefined
 
-from oomdoctor.units import GIB, MIB
-
-
-def _g(n: float) -> str:
-    return f"{n / GIB:.2f} GiB"
+from oomdoctor.units import MIB
+from oomdoctor.units import gib_text as _g
 
 
 def _value(s: dict[str, Any]) -> str:

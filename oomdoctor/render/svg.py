@@ -9,7 +9,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from oomdoctor.units import GIB
+from oomdoctor.units import GIB, gib_text
 
 COLORS = {
     "context": "#9e9e9e",
@@ -27,7 +27,7 @@ _RANK_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948"
 def _g(n: float, unit: str = "bytes") -> str:
     if unit == "tokens":
         return f"{int(n):,} tokens"
-    return f"{n / GIB:.2f} GiB"
+    return gib_text(n)
 
 
 def budget_bars(bars: list[dict[str, Any]], chart_id: str = "budget-chart") -> Markup:
