@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import zipfile
+from typing import Iterator
 
 from oomdoctor.inputs import InputStats, iter_line_chunks
 from oomdoctor.redact import redact_text
@@ -15,11 +16,22 @@ from oomdoctor.redact import redact_text
 MAX_INPUT_BYTES = 64 << 20
 
 
+def plain_name(path: str) -> str:
+    """A log's file name without its compression suffix (copies are stored decompressed)."""
+    return os.path.basename(path).removesuffix(".gz").removesuffix(".bz2").removesuffix(".xz")
+
+
+def copy_chunks(path: str, redact: bool) -> Iterator[bytes]:
+    """A log decompressed and (unless ``redact`` is False) redacted line by line, as UTF-8 blocks."""
+    for chunk in iter_line_chunks(path, InputStats(path=path)):
+        text = chunk.decode("utf-8", "replace")
+        if redact:
+            text = "".join(redact_text(line) for line in text.splitlines(keepends=True))
+        yield text.encode("utf-8")
+
+
 def _arcname(path: str, used: set[str]) -> str:
-    base = os.path.basename(path) or "stdin.log"
-    for suffix in (".gz", ".bz2", ".xz"):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
+    base = plain_name(path) or "stdin.log"
     name, n = f"inputs/{base}", 1
     while name in used:
         n += 1
@@ -42,13 +54,8 @@ def write_bundle(out_path: str, html: str, markdown: str, json_text: str, input_
                 continue
             name = _arcname(path, used)
             written = 0
-            stats = InputStats(path=path)
             with zf.open(name, "w") as fh:
-                for chunk in iter_line_chunks(path, stats):
-                    text = chunk.decode("utf-8", "replace")
-                    if redact:
-                        text = "".join(redact_text(line) for line in text.splitlines(keepends=True))
-                    data = text.encode("utf-8")
+                for data in copy_chunks(path, redact):
                     if written + len(data) > MAX_INPUT_BYTES:
                         notes.append(f"{path}: only the first {MAX_INPUT_BYTES >> 20} MiB are in the bundle")
                         break

@@ -15,10 +15,9 @@ from typing import Any
 
 from oomdoctor import __version__, procinfo
 from oomdoctor.collected import BUNDLE_KIND
+from oomdoctor.bundle import copy_chunks, plain_name
 from oomdoctor.errors import ExitCode, InputError
-from oomdoctor.inputs import InputStats, iter_line_chunks
 from oomdoctor.nvml import Nvml
-from oomdoctor.redact import redact_text
 from oomdoctor.smi import run_nvidia_smi
 
 BUNDLE_VERSION = 1
@@ -44,11 +43,7 @@ def collect(
     except OSError as exc:
         raise InputError(f"{out_dir}: cannot create the bundle directory ({exc.strerror or exc})") from None
     env = dict(os.environ if env is None else env)
-    if psutil_module == "auto":
-        try:
-            import psutil as psutil_module  # noqa: PLC0415
-        except ImportError:
-            psutil_module = None
+    psutil_module = procinfo.load_psutil(psutil_module)
     nvml = Nvml(nvml_module)
     source, unavailable, gpus, driver = None, None, [], None
     if nvml.start():
@@ -64,13 +59,7 @@ def collect(
             unavailable = f"{nvml.available.reason if nvml.available is not None else 'NVML unavailable'}; {reason}"
     if containerized is None:
         containerized = procinfo.in_container(proc_root)
-    nspids = procinfo.nspid_map(proc_root)
-    gpu_json = []
-    for g in gpus:
-        item = g.to_json()
-        if isinstance(item["processes"], list):
-            item["processes"] = [{**p, **procinfo.describe(p["pid"], psutil_module, proc_root, containerized, nspids)} for p in item["processes"]]
-        gpu_json.append(item)
+    gpu_json = procinfo.gpus_with_processes(gpus, psutil_module, proc_root, containerized)
     host_visible = procinfo.visible_devices(env)
     host_visible["cuda_ordinals"] = _cuda_ordinals(env, gpus) if gpus else []
     copied = []
@@ -118,15 +107,10 @@ def _cuda_ordinals(env: dict[str, str], gpus: list[Any]) -> list[dict[str, Any]]
 
 def _copy_log(path: str, dest: Path, redact: bool) -> str:
     dest.mkdir(parents=True, exist_ok=True)
-    name = os.path.basename(path).removesuffix(".gz").removesuffix(".bz2").removesuffix(".xz") or "log"
+    name = plain_name(path) or "log"
     if not name.endswith((".log", ".txt", ".out", ".err")):
         name += ".log"
-    target = dest / name
-    stats = InputStats(path=path)
-    with open(target, "wb") as fh:
-        for chunk in iter_line_chunks(path, stats):
-            text = chunk.decode("utf-8", "replace")
-            if redact:
-                text = "".join(redact_text(line) for line in text.splitlines(keepends=True))
-            fh.write(text.encode("utf-8"))
+    with open(dest / name, "wb") as fh:
+        for data in copy_chunks(path, redact):
+            fh.write(data)
     return f"logs/{name}"

@@ -86,11 +86,7 @@ def run(
     out.mkdir(parents=True, exist_ok=True)
     stdout = stdout or sys.stdout.buffer
     stderr = stderr or sys.stderr.buffer
-    if psutil_module == "auto":
-        try:
-            import psutil as psutil_module  # noqa: PLC0415
-        except ImportError:
-            psutil_module = None
+    psutil_module = procinfo.load_psutil(psutil_module)
     nvml = Nvml(nvml_module)
     sampler = _Sampler(nvml, max(interval_ms, 10) / 1000, keep_samples, clock) if nvml.start() else None
     log = open(out / "server.log", "wb")  # noqa: SIM115 - closed below, after both pumps finish
@@ -101,15 +97,7 @@ def run(
     def take_snapshot() -> None:
         if snapshot or sampler is None:
             return
-        gpus = nvml.gpus()
-        containerized = procinfo.in_container()
-        items = []
-        for g in gpus:
-            item = g.to_json()
-            if isinstance(item["processes"], list):
-                item["processes"] = [{**p, **procinfo.describe(p["pid"], psutil_module, containerized=containerized)} for p in item["processes"]]
-            items.append(item)
-        snapshot["gpus"] = items
+        snapshot["gpus"] = procinfo.gpus_with_processes(nvml.gpus(), psutil_module)
         snapshot["t"] = round(clock(), 3)
 
     try:

@@ -101,6 +101,32 @@ def describe(pid: int, psutil_module: Any, proc_root: str = "/proc", containeriz
     return info
 
 
+def load_psutil(psutil_module: Any = "auto") -> Any:
+    """psutil, or None where it is not installed ("auto"); a test passes its fake instead."""
+    if psutil_module != "auto":
+        return psutil_module
+    try:
+        import psutil  # noqa: PLC0415 - imported only by collect and run
+
+        return psutil
+    except ImportError:
+        return None
+
+
+def gpus_with_processes(gpus: list[Any], psutil_module: Any, proc_root: str = "/proc", containerized: bool | None = None) -> list[dict[str, Any]]:
+    """Each GPU as JSON, its NVML processes described (who they are, or why that is unknown)."""
+    if containerized is None:
+        containerized = in_container(proc_root)
+    nspids = nspid_map(proc_root)
+    out = []
+    for g in gpus:
+        item = g.to_json()
+        if isinstance(item["processes"], list):
+            item["processes"] = [{**p, **describe(p["pid"], psutil_module, proc_root, containerized, nspids)} for p in item["processes"]]
+        out.append(item)
+    return out
+
+
 def _safe(fn: Any) -> Any:
     try:
         return fn()
