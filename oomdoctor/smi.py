@@ -113,7 +113,7 @@ def parse_smi_xml(text: str) -> list[Gpu]:
 
         def fbv(tag: str, fb: Any = fb) -> int | None:
             node = fb.find(tag) if fb is not None else None
-            return _mib(node.text.replace("MiB", "")) if node is not None and node.text else None
+            return _mib(node.text) if node is not None else None
 
         procs: list[GpuProcess] = []
         for p in gpu.findall("processes/process_info"):
@@ -122,7 +122,7 @@ def parse_smi_xml(text: str) -> list[Gpu]:
             except ValueError:
                 continue
             used = p.findtext("used_memory")
-            procs.append(GpuProcess(pid=pid, used_bytes=_mib(used.replace("MiB", "")) if used else None, kind=(p.findtext("type") or "C").strip()))
+            procs.append(GpuProcess(pid=pid, used_bytes=_mib(used), kind=(p.findtext("type") or "C").strip()))
         mig = gpu.findtext("mig_mode/current_mig")
         out.append(
             Gpu(

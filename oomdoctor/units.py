@@ -60,6 +60,17 @@ def gib_to_bytes(gib: float) -> int:
     return round(gib * GIB)
 
 
+def optional_number(text: str | None) -> float | None:
+    """A regex group that may be absent: its number, or None."""
+    return float(text) if text not in (None, "") else None
+
+
+def optional_gib_to_bytes(text: str | None) -> int | None:
+    """A regex group holding a "GB" figure as SGLang and vLLM print it (they mean GiB), as bytes."""
+    value = optional_number(text)
+    return gib_to_bytes(value) if value is not None else None
+
+
 def mib_to_bytes(mib: float) -> int:
     """MiB (as nvidia-smi and SGLang's auto-tune reserves use them) to bytes."""
     return round(mib * MIB)

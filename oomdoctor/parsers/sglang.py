@@ -12,7 +12,8 @@ from typing import Any
 
 from oomdoctor.evidence import Event, Line
 from oomdoctor.patterns import LazyRegex, lazy
-from oomdoctor.units import gib_to_bytes
+from oomdoctor.units import optional_gib_to_bytes as _gib
+from oomdoctor.units import optional_number as _num
 
 KIND_SERVER_ARGS = "server_args"
 KIND_INIT_DIST_END = "init_dist_end"
@@ -223,15 +224,6 @@ def parse_server_args(text: str) -> dict[str, Any]:
         args[key] = value
     args["_has_cuda_graph_max_bs_decode"] = "cuda_graph_max_bs_decode=" in text or "cuda_graph_config" in text
     return args
-
-
-def _num(text: str | None) -> float | None:
-    return float(text) if text not in (None, "") else None
-
-
-def _gib(text: str | None) -> int | None:
-    value = _num(text)
-    return gib_to_bytes(value) if value is not None else None
 
 
 class SGLangParser:

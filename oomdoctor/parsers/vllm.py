@@ -14,6 +14,8 @@ from typing import Any
 from oomdoctor.evidence import Event, Line
 from oomdoctor.patterns import LazyRegex, lazy
 from oomdoctor.units import gib_to_bytes
+from oomdoctor.units import optional_gib_to_bytes as _gib
+from oomdoctor.units import optional_number as _num
 
 KIND_ARGS = "vllm_args"
 KIND_ENGINE_CONFIG = "vllm_engine_config"
@@ -162,17 +164,8 @@ _ARG_KEYS = {
 }
 
 
-def _num(text: str | None) -> float | None:
-    return float(text) if text not in (None, "") else None
-
-
 def _int(text: str | None) -> int | None:
     return int(text.replace(",", "")) if text else None
-
-
-def _gib(text: str | None) -> int | None:
-    v = _num(text)
-    return gib_to_bytes(v) if v is not None else None
 
 
 def _literal(raw: str) -> Any:
@@ -321,7 +314,7 @@ class VLLMParser:
         if kind == KIND_PROFILE_ASSERT:
             a, b = _num(g[0]), _num(g[1])
             in_gib = "GiB" in m.group(0)
-            to_bytes = (lambda x: gib_to_bytes(x)) if in_gib else (lambda x: int(x))
+            to_bytes = gib_to_bytes if in_gib else int
             return {"initial_free_bytes": to_bytes(a), "current_free_bytes": to_bytes(b)}
         if kind == KIND_PREEMPT:
             return {"mode": g[0], "cumulative": int(g[1])}
