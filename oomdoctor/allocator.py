@@ -7,7 +7,6 @@ global: a pickle from a bug report cannot run code here. torch is not needed.
 from __future__ import annotations
 
 import io
-import json
 import pickle
 from collections import Counter
 from typing import Any
@@ -110,12 +109,8 @@ def _site(frames: Any) -> str | None:
     return None
 
 
-def load_memory_stats(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not a memory_stats JSON ({exc})") from None
+def memory_stats_of(data: Any, path: str) -> dict[str, Any]:
+    """The memory_stats() dict of a parsed JSON file (bare, or as capture writes it under "memory_stats")."""
     if isinstance(data, dict) and "memory_stats" in data:
         data = data["memory_stats"]
     if not isinstance(data, dict) or not any(k.startswith(("allocated_bytes.", "reserved_bytes.", "num_")) for k in data):

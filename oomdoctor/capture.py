@@ -39,11 +39,11 @@ def _bundle_dir() -> Path:
     d.mkdir(parents=True, exist_ok=True)
     manifest = d / "manifest.json"
     if not manifest.exists():
-        from oomdoctor import __version__
+        from oomdoctor.collected import manifest_header
 
         manifest.write_text(
             json.dumps(
-                {"kind": "oomdoctor-bundle", "bundle_version": 1, "tool": {"name": "oomdoctor", "version": __version__}, "source": "capture", "pid": os.getpid(), "gpus": [], "logs": ["oom.log"]},
+                {**manifest_header("capture"), "pid": os.getpid(), "gpus": [], "logs": ["oom.log"]},
                 indent=2,
                 sort_keys=True,
             )

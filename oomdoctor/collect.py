@@ -13,15 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from oomdoctor import __version__, procinfo
-from oomdoctor.collected import BUNDLE_KIND
+from oomdoctor import procinfo
 from oomdoctor.bundle import copy_chunks, plain_name
+from oomdoctor.collected import manifest_header
 from oomdoctor.errors import ExitCode, InputError
 from oomdoctor.nvml import Nvml
 from oomdoctor.smi import run_nvidia_smi
-
-BUNDLE_VERSION = 1
-
 
 def collect(
     out_dir: str,
@@ -66,9 +63,7 @@ def collect(
     for log in logs:
         copied.append(_copy_log(log, out / "logs", redact))
     manifest = {
-        "kind": BUNDLE_KIND,
-        "bundle_version": BUNDLE_VERSION,
-        "tool": {"name": "oomdoctor", "version": __version__},
+        **manifest_header("collect"),
         "created_unix": round(now if now is not None else time.time(), 3),
         "host": {"hostname": hostname or socket.gethostname(), "containerized": containerized, "visible_devices": host_visible},
         "gpu_evidence": {"source": source, "unavailable": unavailable, "errors": nvml.errors, "driver_version": driver},

@@ -13,8 +13,16 @@ from typing import Any
 from oomdoctor.errors import InputError
 
 BUNDLE_KIND = "oomdoctor-bundle"
+BUNDLE_VERSION = 1
 
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
+
+
+def manifest_header(source: str) -> dict[str, Any]:
+    """The fields every bundle manifest starts with, whichever command (collect, run, capture) wrote it."""
+    from oomdoctor import __version__
+
+    return {"kind": BUNDLE_KIND, "bundle_version": BUNDLE_VERSION, "tool": {"name": "oomdoctor", "version": __version__}, "source": source}
 
 
 def is_bundle_dir(path: str) -> bool:
@@ -80,7 +88,7 @@ def load(path: str) -> dict[str, Any]:
         evidence = data.get("gpu_evidence") or {}
         return {"kind": "gpus", "path": path, "source": evidence.get("source"), "gpus": data.get("gpus") or [], "driver_version": evidence.get("driver_version"), "manifest": data}
     if allocator.is_memory_stats(data):
-        return {"kind": "memory_stats", "path": path, **allocator.stats_facts(allocator.load_memory_stats(path))}
+        return {"kind": "memory_stats", "path": path, **allocator.stats_facts(allocator.memory_stats_of(data, path))}
     if isinstance(data, dict) and "segments" in data:
         return {"kind": "snapshot", "path": path, **allocator.snapshot_facts(data)}
     raise InputError(f"{path}: JSON is neither an oomdoctor bundle manifest, memory_stats nor a snapshot")

@@ -20,9 +20,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
-from oomdoctor import __version__, procinfo
-from oomdoctor.collect import BUNDLE_VERSION
-from oomdoctor.collected import BUNDLE_KIND
+from oomdoctor import procinfo
+from oomdoctor.collected import manifest_header
 from oomdoctor.nvml import Nvml
 
 # What in the child's output means "an OOM happened now" (checked on raw bytes, across chunk edges).
@@ -177,10 +176,7 @@ def _write_bundle(out: Path, cmd: list[str], started: float, ended: float, code:
 
     unavailable = None if sampler is not None else (nvml.available.reason if nvml.available is not None else "NVML unavailable")
     manifest = {
-        "kind": BUNDLE_KIND,
-        "bundle_version": BUNDLE_VERSION,
-        "tool": {"name": "oomdoctor", "version": __version__},
-        "source": "run",
+        **manifest_header("run"),
         "command": redact_text(" ".join(cmd)),
         "started_unix": round(started, 3),
         "ended_unix": round(ended, 3),
