@@ -140,7 +140,7 @@ def collect(out_dir: str, logs: tuple[str, ...], no_redact: bool) -> None:
     "which GPUs / TP sizes fit. Exit codes: 0 fits, 3 does not fit (an OOM is predicted), 2 usage, 5 bad config."
 )
 @click.option("--model", "model_path", required=True, type=click.Path(), help="Model directory (config.json, model.safetensors.index.json) or a config.json.")
-@click.option("--gpu", "gpu_name", help="GPU name, e.g. H100-80GB, H200, H20, A100-40GB (see the table in oomdoctor/data/gpus.toml).")
+@click.option("--gpu", "gpu_name", help="GPU name, e.g. H100-80GB, H200, H20, A100-40GB (see the [[gpu]] table in oomdoctor/data/gpus.toml).")
 @click.option("--gpu-mem-gib", type=float, help="GPU memory in GiB instead of --gpu.")
 @click.option("--tp", "tp", type=click.IntRange(1, 1024), default=1, show_default=True)
 @click.option("--context-len", type=click.IntRange(1), help="Maximum context length (default: the model's).")
@@ -153,11 +153,12 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
     import json
 
     from oomdoctor import plan as planner
+    from oomdoctor.gpus import find_gpu
 
     if (gpu_name is None) == (gpu_mem_gib is None):
         raise OomdoctorError("give exactly one of --gpu NAME or --gpu-mem-gib N", ExitCode.USAGE)
     if gpu_name:
-        gpu = planner.find_gpu(gpu_name)
+        gpu = find_gpu(gpu_name)
         capacity, label = gpu.capacity_bytes, gpu.name
     else:
         capacity, label = int(gpu_mem_gib * (1 << 30)), f"{gpu_mem_gib:g} GiB GPU"

@@ -1,23 +1,59 @@
-"""Known GPU capacities, to name the likely card when a log gives the total capacity."""
+"""The GPUs oomdoctor knows (data/gpus.toml): cards `plan` takes by name, and the card classes a
+diagnosis names from the total capacity a log reports."""
 
 from __future__ import annotations
 
-from oomdoctor.units import GIB
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
 
-# (low GiB, high GiB, name, typical capacity MiB) of the total capacity CUDA reports; ranges cover
-# driver and ECC variants. The MiB column is what nvidia-smi shows for the common card of the class.
-_CARDS: tuple[tuple[float, float, str, int], ...] = (
-    (14.5, 16.1, "16 GB class (V100 16GB / T4)", 16384),
-    (21.5, 24.1, "24 GB class (L4 / A10 / RTX 3090 / RTX 4090)", 24564),
-    (31.0, 32.6, "32 GB class (V100 32GB / RTX 5090)", 32607),
-    (39.0, 40.1, "A100 40GB", 40960),
-    (44.0, 48.1, "48 GB class (L40S / A6000 / L20)", 46068),
-    (78.5, 80.1, "80 GB class (H100 / A100 80GB / H800)", 81559),
-    (92.5, 94.1, "H100 NVL 94GB", 95830),
-    (94.1, 96.1, "H20 96GB", 97871),
-    (139.0, 141.1, "H200 141GB", 143771),
-    (177.0, 192.1, "B200 / MI300X class (180-192 GB)", 183359),
-)
+from oomdoctor.errors import ExitCode, OomdoctorError
+from oomdoctor.units import GIB, MIB
+
+_TABLE = Path(__file__).resolve().parent / "data" / "gpus.toml"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    capacity_bytes: int
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CardClass:
+    label: str
+    low_gib: float
+    high_gib: float
+    typical_bytes: int
+
+
+@cache
+def _table() -> dict[str, Any]:
+    # Read from the package folder directly: importlib.resources would cost the diagnose path an import.
+    return tomllib.loads(_TABLE.read_text(encoding="utf-8"))
+
+
+def gpu_table() -> list[Gpu]:
+    return [Gpu(g["name"], g["capacity_mib"] * MIB, tuple(g.get("aliases", ()))) for g in _table()["gpu"]]
+
+
+def _classes() -> list[CardClass]:
+    return [CardClass(c["label"], c["low_gib"], c["high_gib"], c["typical_mib"] * MIB) for c in _table()["class"]]
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("-", "").replace("_", "").replace(" ", "")
+
+
+def find_gpu(name: str) -> Gpu:
+    for g in gpu_table():
+        if _norm(name) in {_norm(g.name), *(_norm(a) for a in g.aliases)}:
+            return g
+    known = ", ".join(g.name for g in gpu_table())
+    raise OomdoctorError(f"unknown GPU {name!r}; use one of {known}, or --gpu-mem-gib N", ExitCode.USAGE)
 
 
 def likely_gpu(capacity_bytes: int | None) -> str | None:
@@ -25,15 +61,9 @@ def likely_gpu(capacity_bytes: int | None) -> str | None:
     if not capacity_bytes:
         return None
     gib = capacity_bytes / GIB
-    for low, high, name, _ in _CARDS:
-        if low <= gib < high:
-            return name
-    return None
+    return next((c.label for c in _classes() if c.low_gib <= gib < c.high_gib), None)
 
 
 def smallest_card_holding(free_bytes: int) -> tuple[str, int] | None:
-    """The smallest known card class whose capacity exceeds a free-memory reading (name, bytes)."""
-    for _, _, name, mib in _CARDS:
-        if mib * 1024 * 1024 > free_bytes + GIB // 2:
-            return name, mib * 1024 * 1024
-    return None
+    """The smallest known card class whose capacity exceeds a free-memory reading (label, bytes)."""
+    return next(((c.label, c.typical_bytes) for c in _classes() if c.typical_bytes > free_bytes + GIB // 2), None)

@@ -8,15 +8,14 @@ the config; KV bytes per token from the attention layout (MHA/GQA or MLA); then 
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from oomdoctor import budget
 from oomdoctor.budget import Derived, Step
-from oomdoctor.errors import ExitCode, InputError, OomdoctorError
+from oomdoctor.errors import InputError
+from oomdoctor.gpus import gpu_table
 from oomdoctor.units import GIB, MIB, gib_text
 
 # What a fresh server spends before SGLang's first free-memory reading: the CUDA context and, with
@@ -27,30 +26,6 @@ NCCL_BYTES = 512 * MIB
 VLLM_ACTIVATION_BYTES = 2 * GIB
 
 _DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1, "int4": 0.5, "auto": None}
-
-
-@dataclass(frozen=True)
-class Gpu:
-    name: str
-    capacity_bytes: int
-    aliases: tuple[str, ...] = ()
-
-
-def gpu_table() -> list[Gpu]:
-    text = resources.files("oomdoctor").joinpath("data/gpus.toml").read_text()
-    return [Gpu(g["name"], g["capacity_mib"] * MIB, tuple(g.get("aliases", ()))) for g in tomllib.loads(text)["gpu"]]
-
-
-def _norm(name: str) -> str:
-    return name.lower().replace("-", "").replace("_", "").replace(" ", "")
-
-
-def find_gpu(name: str) -> Gpu:
-    for g in gpu_table():
-        if _norm(name) in {_norm(g.name), *(_norm(a) for a in g.aliases)}:
-            return g
-    known = ", ".join(g.name for g in gpu_table())
-    raise OomdoctorError(f"unknown GPU {name!r}; use one of {known}, or --gpu-mem-gib N", ExitCode.USAGE)
 
 
 @dataclass

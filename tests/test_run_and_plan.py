@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from oomdoctor import flight, plan
+from oomdoctor.gpus import find_gpu
 from oomdoctor.units import GIB
 
 import fakes
@@ -116,7 +117,7 @@ def test_plan_seed000_h100_infeasible_at_07_feasible_at_085() -> None:
     m = plan.load_model(str(OMNI))
     assert m.weights_bytes == 60 * GIB and m.weights_source.startswith("safetensors index")
     assert (m.layers, m.kv_heads, m.head_dim) == (48, 4, 128)  # the thinker's text config
-    h100 = plan.find_gpu("H100-80GB")
+    h100 = find_gpu("H100-80GB")
     p = plan.plan(m, h100.capacity_bytes, h100.name, context_len=32768, at=0.7)
     assert p["at"]["feasible"] is False and p["at"]["kv_bytes"] < 0
     # pre = 81559 MiB - 0.59 GiB context = 79.06 GiB; 0.7 * 79.06 - 60 = -4.66 GiB
@@ -130,7 +131,7 @@ def test_plan_seed000_h100_infeasible_at_07_feasible_at_085() -> None:
 
 def test_plan_seed000_h20_feasible_at_07_with_about_7gb_kv() -> None:
     m = plan.load_model(str(OMNI))
-    h20 = plan.find_gpu("h20")
+    h20 = find_gpu("h20")
     p = plan.plan(m, h20.capacity_bytes, h20.name, context_len=32768, at=0.7)
     assert p["at"]["feasible"] is True
     kv_gb = p["at"]["kv_bytes"] / 1e9
