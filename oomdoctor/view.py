@@ -375,29 +375,37 @@ def _steps_between(current: float, rec: float | None) -> list[float]:
     return sorted(values)
 
 
+# Where to get a missing fact; several facts share one source.
+_SMI_APPS = "nvidia-smi --query-compute-apps=pid,used_memory --format=csv"
+_STARTUP_LINES = "run the server with --log-level info and keep its startup lines"
+_WHOLE_OOM = "keep the whole 'CUDA out of memory' message"
+_CAPTURE = ("the allocator's own statistics at the OOM", "install oomdoctor.capture in the server (one line, or OOMDOCTOR_CAPTURE_DIR)")
+_PROCESSES = ("other processes on the GPU", f"{_SMI_APPS} (or: oomdoctor collect -o bundle)")
+_SNAPSHOT = ("a GPU and process snapshot from the incident", "oomdoctor collect -o DIR (or run the server under oomdoctor run)")
+
 _COMMANDS = {
     "capacity_bytes": ("the card's total memory", "nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv"),
-    "pre_bytes": ("free memory before weights (SGLang 'Load weight begin. avail mem')", "run the server with --log-level info and keep its startup lines"),
-    "post_bytes": ("free memory after weights (SGLang 'Load weight end. avail mem')", "run the server with --log-level info and keep its startup lines"),
+    "pre_bytes": ("free memory before weights (SGLang 'Load weight begin. avail mem')", _STARTUP_LINES),
+    "post_bytes": ("free memory after weights (SGLang 'Load weight end. avail mem')", _STARTUP_LINES),
     "mem_fraction_static": ("the applied --mem-fraction-static", "keep the 'server_args=ServerArgs(...)' line of the log"),
     "requested_bytes": ("the size of the failed allocation", "keep the whole 'CUDA out of memory. Tried to allocate ...' message"),
-    "free_bytes": ("free memory at the failure", "keep the whole 'CUDA out of memory' message"),
+    "free_bytes": ("free memory at the failure", _WHOLE_OOM),
     "oom_stage": ("where the allocation failed", "keep the traceback above the OOM ('Scheduler hit an exception' block)"),
-    "process_list": ("other processes on the GPU", "nvidia-smi --query-compute-apps=pid,used_memory --format=csv (or: oomdoctor collect -o bundle)"),
-    "shortfall_bytes": ("how much the allocation lacked", "keep the whole 'CUDA out of memory' message"),
-    "foreign_process_bytes": ("memory held by other processes", "nvidia-smi --query-compute-apps=pid,used_memory --format=csv"),
+    "process_list": _PROCESSES,
+    "shortfall_bytes": ("how much the allocation lacked", _WHOLE_OOM),
+    "foreign_process_bytes": ("memory held by other processes", _SMI_APPS),
     "gpu_memory_utilization": ("the applied --gpu-memory-utilization", "keep vLLM's 'non-default args' line"),
-    "foreign_process_count": ("other processes on the GPU", "nvidia-smi --query-compute-apps=pid,used_memory --format=csv (or: oomdoctor collect -o bundle)"),
-    "process_identity_known": ("other processes on the GPU", "nvidia-smi --query-compute-apps=pid,used_memory --format=csv (or: oomdoctor collect -o bundle)"),
+    "foreign_process_count": _PROCESSES,
+    "process_identity_known": _PROCESSES,
     "startup_foreign_bytes": ("memory in use before the server started", "nvidia-smi --query-gpu=memory.used --format=csv before launching"),
     "reserved_unallocated_bytes": ("PyTorch's reserved-but-unallocated memory", "keep the whole 'CUDA out of memory' message (torch >= 2.1 prints it)"),
     "weights_fit": ("whether the weights fit with room for KV", "keep the 'Load weight begin/end ... avail mem' lines"),
     "startup_free_deficit_bytes": ("free memory at vLLM's start", "keep vLLM's startup lines"),
-    "largest_free_block_bytes": ("the allocator's own statistics at the OOM", "install oomdoctor.capture in the server (one line, or OOMDOCTOR_CAPTURE_DIR)"),
-    "snapshot_inactive_bytes": ("the allocator's own statistics at the OOM", "install oomdoctor.capture in the server (one line, or OOMDOCTOR_CAPTURE_DIR)"),
-    "stats_inactive_split_bytes": ("the allocator's own statistics at the OOM", "install oomdoctor.capture in the server (one line, or OOMDOCTOR_CAPTURE_DIR)"),
-    "collected_foreign_process_bytes": ("a GPU and process snapshot from the incident", "oomdoctor collect -o DIR (or run the server under oomdoctor run)"),
-    "collected_other_used_bytes": ("a GPU and process snapshot from the incident", "oomdoctor collect -o DIR (or run the server under oomdoctor run)"),
+    "largest_free_block_bytes": _CAPTURE,
+    "snapshot_inactive_bytes": _CAPTURE,
+    "stats_inactive_split_bytes": _CAPTURE,
+    "collected_foreign_process_bytes": _SNAPSHOT,
+    "collected_other_used_bytes": _SNAPSHOT,
     "non_kv_bytes": ("vLLM's memory profile", "VLLM_LOGGING_LEVEL=DEBUG shows 'Memory profiling takes ...'"),
 }
 

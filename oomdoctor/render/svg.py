@@ -30,6 +30,14 @@ def _g(n: float, unit: str = "bytes") -> str:
     return gib_text(n)
 
 
+def _svg(chart_id: str, label: str, width: int, height: int, body: str) -> Markup:
+    """The chart element around already-escaped parts."""
+    return Markup(
+        f'<svg id="{escape(chart_id)}" class="chart" role="img" aria-label="{escape(label)}" viewBox="0 0 {width} {height}" '
+        f'width="100%" xmlns="http://www.w3.org/2000/svg">{body}</svg>'
+    )
+
+
 def budget_bars(bars: list[dict[str, Any]], chart_id: str = "budget-chart") -> Markup:
     """One stacked bar per GPU; under each, the failed request against what was free."""
     if not bars:
@@ -82,10 +90,7 @@ def budget_bars(bars: list[dict[str, Any]], chart_id: str = "budget-chart") -> M
         y += gap
     height = y
     body = "".join(rows)
-    return Markup(
-        f'<svg id="{escape(chart_id)}" class="chart" role="img" aria-label="GPU memory budget" viewBox="0 0 {width} {height}" '
-        f'width="100%" xmlns="http://www.w3.org/2000/svg">{body}</svg>'
-    )
+    return _svg(chart_id, "GPU memory budget", width, height, body)
 
 
 def timeline(series: dict[str, list[dict[str, Any]]]) -> Markup:
@@ -122,10 +127,7 @@ def timeline(series: dict[str, list[dict[str, Any]]]) -> Markup:
                 f"<title>{escape(rank)} {escape(p['label'])}: {escape(_g(p['bytes']))} (line {p['line']})</title></circle>"
             )
         parts.append(f'<text x="{left + inner_w - 4}" y="{top + 12 + 13 * i}" text-anchor="end" fill="{color}" class="small">{escape(rank)}</text>')
-    return Markup(
-        f'<svg id="timeline-chart" class="chart" role="img" aria-label="free GPU memory over time" viewBox="0 0 {width} {height}" '
-        f'width="100%" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
-    )
+    return _svg("timeline-chart", "free GPU memory over time", width, height, "".join(parts))
 
 
 def samples_chart(series: dict[str, list[dict[str, Any]]]) -> Markup:
@@ -147,7 +149,4 @@ def samples_chart(series: dict[str, list[dict[str, Any]]]) -> Markup:
         color = _RANK_COLORS[i % len(_RANK_COLORS)]
         parts.append(f'<polyline points="{" ".join(xy(p) for p in points)}" fill="none" stroke="{color}" stroke-width="2"><title>{escape(name)}</title></polyline>')
         parts.append(f'<text x="{left + inner_w + 8}" y="{top + 10 + 13 * i}" fill="{color}" class="small">{escape(name)}</text>')
-    return Markup(
-        f'<svg id="samples-chart" class="chart" role="img" aria-label="GPU memory per process over time" viewBox="0 0 {width} {height}" '
-        f'width="100%" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
-    )
+    return _svg("samples-chart", "GPU memory per process over time", width, height, "".join(parts))
