@@ -72,6 +72,9 @@ def test_wrappers() -> None:
     assert events[0].get("wrapper") == "cuda_graph_capture"
     events = feed(["RuntimeError: Worker failed with error 'CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.55 GiB of which 0.10 GiB is free. See documentation for Memory Management', please check the stack trace above"])
     assert events[0].get("wrapper") == "worker"
+    # The wrapper is read from what precedes the message, in any of the capture failure's spellings.
+    events = feed(["Exception: CUDA graph capture failed: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.00 GiB is free. See documentation for Memory Management"])
+    assert events[0].get("wrapper") == "cuda_graph_capture" and events[0].get("requested_bytes") == 2 * GIB
 
 
 def test_wrapped_message_is_joined() -> None:
