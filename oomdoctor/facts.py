@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from oomdoctor import budget
+from oomdoctor import budget, catalogue
 from oomdoctor.budget import Derived, Step
 from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.gpus import likely_gpu
@@ -29,6 +29,10 @@ FOREIGN_AT_START_THRESHOLD_BYTES = 2 * GIB
 _MM_HINTS = ("VL", "Omni", "Vision", "Llava", "LLaVA", "Qwen2_5_VL", "Gemma3ForConditional", "Mllama", "InternVL", "MiniCPMV")
 
 
+class UndeclaredFact(KeyError):
+    """A builder set a fact the catalogue does not declare (a programming error, never user input)."""
+
+
 @dataclass
 class Facts:
     """Facts of one incident: values, the lines each came from, and derivations of computed ones."""
@@ -42,6 +46,9 @@ class Facts:
     time: str | None = None
 
     def set(self, name: str, value: Any, *refs: LineRef | None, derivation: Derived | None = None) -> None:
+        if not catalogue.declared(name):
+            # A fact outside the vocabulary could never be named by a rule: a typo or a missing entry.
+            raise UndeclaredFact(f"fact {name!r} is not declared in oomdoctor/data/facts.toml")
         if value is None:
             return
         self.values[name] = value

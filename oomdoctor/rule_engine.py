@@ -7,11 +7,13 @@ ever evaluated as code. Evaluation is three-valued: a comparison on a fact that 
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from oomdoctor import catalogue
 from oomdoctor.errors import RuleError
 
 CLASSES = (
@@ -124,6 +126,19 @@ def _check_condition(node: Any, path: str, where: str) -> None:
         raise _fail(path, where, f"'{op}' compares numbers; write a number or {{ fact = \"NAME\" }}")
 
 
+_PLACEHOLDER_RE = re.compile(r"\{(\w+)\}")
+
+
+def _check_fact_names(names: list[str], path: str, where: str) -> None:
+    """Every fact a rule names must be declared in the catalogue; a typo would never fire."""
+    known = catalogue.load()
+    for name in names:
+        if name not in known or known.facts[name].internal:
+            hint = known.suggest(name)
+            did_you_mean = f"; did you mean {hint!r}?" if hint else "; see 'oomdoctor facts list'"
+            raise _fail(path, where, f"unknown fact {name!r}{did_you_mean}")
+
+
 def parse_rule(data: dict[str, Any], path: str, known_advice: Iterable[str] | None = None) -> Rule:
     """Validate one rule's TOML data; raise RuleError naming file, field and what to write."""
     stem = Path(path).stem
@@ -166,6 +181,10 @@ def parse_rule(data: dict[str, Any], path: str, known_advice: Iterable[str] | No
     if not isinstance(refs, list) or any(not isinstance(r, str) for r in refs):
         raise _fail(path, "field 'references'", "write a list of strings (URLs or document sections)")
     _check_condition(data["when"], path, "table 'when'")
+    used: set[str] = set()
+    _collect_facts(data["when"], used)
+    _check_fact_names(sorted(used), path, "table 'when'")
+    _check_fact_names(sorted(set(_PLACEHOLDER_RE.findall(data["message"]))), path, "field 'message'")
     negative = data.get("negative_example")
     if negative is not None and not isinstance(negative, str):
         raise _fail(path, "field 'negative_example'", "write the path of the near-miss fixture")
