@@ -7,8 +7,9 @@ value rather than guessing one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from oomdoctor import budget
 from oomdoctor.budget import Step
@@ -610,4 +611,4 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-__all__ = ["Recommendation", "recommend", "known_advice", "GIB", "floor_to"]
+__all__ = ["GIB", "Recommendation", "floor_to", "known_advice", "recommend"]

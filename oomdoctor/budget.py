@@ -254,7 +254,7 @@ def sglang_lowered_mfs(mfs: float, pre_bytes: int, shortfall_bytes: int, margin_
     """y lowered so the dynamic region (1-y)*pre grows by the shortfall plus a margin."""
     d = lowered_fraction(mfs, pre_bytes, shortfall_bytes, margin_bytes, "y", "pre")
     dynamic = Step("dynamic reserve at the lowered y", f"(1 - {d.value:g}) * {_g(pre_bytes)}", sglang_dynamic_region_bytes(pre_bytes, d.value))
-    return Derived(d.value, d.steps + (dynamic,))
+    return Derived(d.value, (*d.steps, dynamic))
 
 
 def runtime_margin_bytes(requested_bytes: int) -> int:
@@ -269,7 +269,7 @@ def pow2_floor(n: int) -> int:
 
 def round_down_multiple(n: float, multiple: int) -> int:
     """n rounded down to a multiple, never below the multiple itself."""
-    return max(multiple, int(math.floor(n / multiple)) * multiple)
+    return max(multiple, math.floor(n / multiple) * multiple)
 
 
 def describe(n_bytes: int | None) -> str:

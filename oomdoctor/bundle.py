@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import zipfile
-from typing import Iterator
+from collections.abc import Iterator
 
 from oomdoctor.inputs import InputStats, iter_line_chunks
 from oomdoctor.redact import redact_text

@@ -21,9 +21,10 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 SITE_DIR = str(Path(__file__).resolve().parent / "_capture_site")
 ENV_DIR = "OOMDOCTOR_CAPTURE_DIR"
@@ -53,7 +54,7 @@ def _bundle_dir() -> Path:
 
 def _observer(device: int, alloc: int, device_alloc: int, device_free: int) -> None:
     """Called by PyTorch's allocator before it raises the OOM (allocator lock released)."""
-    import torch  # noqa: PLC0415 - only ever inside the server process
+    import torch  # lazy: only ever imported inside the server process
 
     with _lock:
         try:
@@ -98,7 +99,7 @@ def install(bundle_dir: str | None = None, snapshot: bool | None = None) -> bool
     _state["snapshot"] = bool(snapshot if snapshot is not None else os.environ.get(ENV_SNAPSHOT))
     if _state["installed"]:
         return True
-    import torch  # noqa: PLC0415
+    import torch  # lazy: only ever imported inside the server process
 
     if not torch.cuda.is_available():
         return False

@@ -15,8 +15,8 @@ from oomdoctor import __version__
 from oomdoctor.errors import ExitCode, OomdoctorError
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 no OOM evidence, 3 OOM diagnosed, 2 usage error, 5 unreadable or invalid input, "
-    "1 internal error, 130 interrupted."
+    "Exit codes: 0 no OOM evidence, 3 OOM diagnosed, 4 inconclusive (the input stops before a failure is evident), "
+    "2 usage error, 5 unreadable or invalid input, 1 internal error, 130 interrupted."
 )
 
 
@@ -42,11 +42,10 @@ def cli() -> None:
     pass
 
 
-def _load_rules(rules_dirs: tuple[str, ...]):
-    from oomdoctor.advice import known_advice
-    from oomdoctor.rule_engine import load_rules
+def _load_rules(rules_dirs: tuple[str, ...]) -> list:
+    from oomdoctor.api import load_rules
 
-    return load_rules(rules_dirs, known_advice())
+    return load_rules(rules_dirs)
 
 
 @cli.command(help=f"Diagnose server logs (files, .gz/.bz2/.xz, directories, or - for stdin).\n\n{EXIT_CODES_HELP}")
@@ -58,11 +57,11 @@ def _load_rules(rules_dirs: tuple[str, ...]):
 @click.option("--system", type=click.Choice(["auto", "sglang", "vllm", "torch"]), default="auto", show_default=True, help="Override the serving system detected from the log.")
 @click.option("--no-redact", is_flag=True, help="Keep secrets (API keys, tokens, passwords) in the output; redaction is on by default.")
 def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool) -> None:
-    from oomdoctor.diagnosis import diagnose as run_diagnosis
+    from oomdoctor.api import diagnose as run_diagnosis
     from oomdoctor.view import build_view
 
     rules = _load_rules(rules_dirs)
-    result = run_diagnosis(list(paths), rules, system=None if system == "auto" else system)
+    result = run_diagnosis(list(paths), rules=rules, system=system)
     view = build_view(result, redact=not no_redact)
     docs = {r.id: r.docs for r in rules}
     report = _render(fmt, view, docs, not no_redact)
@@ -85,7 +84,14 @@ def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str |
             raise OomdoctorError(f"{bundle}: cannot write ({exc.strerror or exc})", ExitCode.BAD_INPUT) from None
         for note in notes:
             click.echo(f"oomdoctor: warning: bundle: {note}", err=True)
-    sys.exit(int(ExitCode.OOM_DIAGNOSED if result.oom else ExitCode.NO_OOM))
+    sys.exit(int(_exit_code(result)))
+
+
+def _exit_code(result) -> ExitCode:
+    """The one place a diagnosis becomes an exit code (DESIGN §4)."""
+    if result.inconclusive:
+        return ExitCode.INCONCLUSIVE
+    return ExitCode.OOM_DIAGNOSED if result.oom else ExitCode.NO_OOM
 
 
 def _render(fmt: str, view: dict, docs: dict, redacted: bool) -> str:
@@ -233,6 +239,43 @@ def rules_explain(rule_id: str, rules_dirs: tuple[str, ...]) -> None:
 def rules_check(rules_dirs: tuple[str, ...]) -> None:
     loaded = _load_rules(rules_dirs)
     click.echo(f"{len(loaded)} rules OK")
+
+
+@cli.group(help="List and explain the facts rules are written over (oomdoctor/data/facts.toml).")
+def facts() -> None:
+    pass
+
+
+@facts.command("list", help="List every fact: name, type, unit, systems, description.")
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(), help="Extra directory of *.toml rules (to show which rules use each fact).")
+def facts_list(rules_dirs: tuple[str, ...]) -> None:
+    from oomdoctor import catalogue
+
+    for spec in catalogue.load().facts.values():
+        if spec.internal:
+            continue
+        click.echo(f"{spec.name:34} {spec.type:9} {spec.unit or '-':16} {','.join(spec.systems):22} {spec.doc}")
+
+
+@facts.command("explain", help="Print one fact's documentation, the systems that produce it, how to get it and the rules that use it.")
+@click.argument("name")
+@click.option("--rules", "rules_dirs", multiple=True, type=click.Path(), help="Extra directory of *.toml rules.")
+def facts_explain(name: str, rules_dirs: tuple[str, ...]) -> None:
+    import re
+
+    from oomdoctor import catalogue
+
+    cat = catalogue.load()
+    spec = cat.facts.get(name)
+    if spec is None or spec.internal:
+        hint = cat.suggest(name)
+        raise OomdoctorError(f"no fact {name!r}" + (f"; did you mean {hint!r}?" if hint else "; see 'oomdoctor facts list'"), ExitCode.USAGE)
+    click.echo(f"{spec.name}: {spec.doc}")
+    click.echo(f"type: {spec.type}" + (f"   unit: {spec.unit}" if spec.unit else ""))
+    click.echo(f"produced for: {', '.join(spec.systems)}")
+    click.echo(f"when it is missing: {cat.how_to_get(name)}")
+    users = [r.id for r in _load_rules(rules_dirs) if name in r.facts_used() or re.search(r"\{" + name + r"\}", r.message)]
+    click.echo(f"used by rules: {', '.join(users) if users else 'none'}")
 
 
 def main() -> None:

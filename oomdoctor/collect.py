@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,10 @@ from oomdoctor.errors import ExitCode, InputError
 from oomdoctor.nvml import Nvml
 from oomdoctor.smi import run_nvidia_smi
 
+
 def collect(
     out_dir: str,
-    logs: list[str] = (),  # type: ignore[assignment]
+    logs: Sequence[str] = (),
     nvml_module: Any = None,
     psutil_module: Any = "auto",
     proc_root: str = "/proc",

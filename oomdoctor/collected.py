@@ -50,7 +50,7 @@ def evidence_files(path: str) -> list[str]:
 
 
 def is_evidence_file(path: str) -> bool:
-    return path.endswith(SNAPSHOT_SUFFIXES + (".json", ".csv", ".xml"))
+    return path.endswith((*SNAPSHOT_SUFFIXES, ".json", ".csv", ".xml"))
 
 
 def load(path: str) -> dict[str, Any]:

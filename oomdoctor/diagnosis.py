@@ -12,12 +12,15 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
-from oomdoctor import __version__, advice, budget, collected
+from oomdoctor import __version__, advice, budget, collected, confidence
+from oomdoctor import phase as phase_step
+from oomdoctor.completeness import Completeness
 from oomdoctor.errors import InputError
 from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.facts import Facts, build_facts
 from oomdoctor.gpus import smallest_card_holding
 from oomdoctor.inputs import InputStats, expand_paths, iter_line_chunks
+from oomdoctor.parsers import records as rc
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
@@ -25,7 +28,7 @@ from oomdoctor.rule_engine import Rule, evaluate
 from oomdoctor.runs import RUN_START_KINDS, is_oom_event, split_runs
 from oomdoctor.scan import scan_lines
 
-ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS))
+ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS))
 SYSTEMS = ("sglang", "vllm", "torch")
 _FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
 
@@ -39,6 +42,7 @@ class Finding:
     evidence: tuple[LineRef, ...]
     recommendations: list[advice.Recommendation]
     extra: dict[str, Any] = field(default_factory=dict)
+    factors: list[confidence.Factor] = field(default_factory=list)
 
     @property
     def rule_id(self) -> str | None:
@@ -71,11 +75,16 @@ class Diagnosis:
     not_evaluated: list[dict[str, Any]]
     inputs: list[InputStats]
     facts: Facts | None
+    evidence: Completeness = field(default_factory=lambda: Completeness("complete"))
+    phase: phase_step.Phase = phase_step.UNKNOWN
+    confidence_factors: list[confidence.Factor] = field(default_factory=list)
+    # The input stops before a failure is evident: the verdict (none, or a hypothesis) is inconclusive.
+    inconclusive: bool = False
     tool_version: str = __version__
 
     @property
     def oom(self) -> bool:
-        return self.verdict_class != "none"
+        return self.verdict_class != "none" and not self.inconclusive
 
 
 # Kinds that repeat for as long as a server runs (one per retraction, preemption, failed encoder
@@ -92,6 +101,9 @@ _REPEATING = {
     tt.KIND_OOM,
     tt.KIND_DRIVER_OOM,
     tt.KIND_HOST_OOM,
+    rc.KIND_RECORD,
+    rc.KIND_CUT,
+    rc.KIND_CONTEXT,
 }
 _KEEP_FIRST = 16
 _KEEP_LAST = 64
@@ -150,7 +162,7 @@ class _EventStore:
 
 def read_events(path: str, stats: InputStats) -> list[Event]:
     """Scan one input and run every parser over its lines; pure apart from reading the input."""
-    parsers = (sg.SGLangParser(), vl.VLLMParser(), tt.TorchParser())
+    parsers = (sg.SGLangParser(), vl.VLLMParser(), tt.TorchParser(), rc.RecordParser())
     store = _EventStore()
     counter = [0]
     # Anchored lines no event has cited yet; a wrapped message cites its first line only once its
@@ -165,7 +177,10 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
             for r in e.refs:
                 pending.pop(r.line, None)
 
-    for line in scan_lines(iter_line_chunks(path, stats), display, ANCHORS, counter):
+    for line in scan_lines(iter_line_chunks(path, stats), display, ANCHORS, counter, rc.BEFORE_ANCHORS):
+        context_phase = phase_step.classify_context(line.msg) if not line.msg.startswith(" ") else None
+        if context_phase is not None:
+            store.add(Event(rc.KIND_CONTEXT, (line.ref,), {"phase": context_phase}))
         if line.system:
             stats.system_hints[line.system] = stats.system_hints.get(line.system, 0) + 1
         # Traceback frames and their indented source lines are context, not unparsed evidence.
@@ -257,16 +272,18 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule]) -> Incident:
             continue
         if not ev.result:
             continue
+        value, factors = confidence.adjust(rule.confidence, ev.used | rule.facts_used(), _evidence_of(facts))
         finding = Finding(
             rule=rule,
             klass=rule.klass,
-            confidence=rule.confidence,
+            confidence=value,
+            factors=factors,
             message=_render_message(rule.message, facts),
             evidence=_evidence_for(rule, ev.used, facts),
             recommendations=advice.recommend(rule.advice, facts),
             extra=_finding_extra(rule.klass, facts),
         )
-        fired.append((rule.priority, -rule.confidence, finding))
+        fired.append((rule.priority, -value, finding))
     fired.sort(key=lambda t: (t[0], t[1], t[2].rule_id or ""))
     findings = [f for _, _, f in fired]
     # Two rules of one class are one finding for the reader; keep the first (highest priority).
@@ -276,6 +293,10 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule]) -> Incident:
         if f.klass not in seen:
             seen.add(f.klass)
             unique.append(f)
+    if len(unique) > 1 and unique[1].confidence >= unique[0].confidence and unique[1].klass not in _COMPANIONS.get(unique[0].klass, ()):
+        # Two classes hold as strongly and neither explains the other: say so in the number.
+        value, factors = confidence.tie_cap(unique[0].confidence, unique[0].factors, unique[1].klass)
+        unique[0] = replace(unique[0], confidence=value, factors=factors)
     if not unique:
         missing = sorted({m for item in not_evaluated for m in item["missing"]})
         decisive = _decisive_gaps(facts)
@@ -295,6 +316,26 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule]) -> Incident:
             )
         )
     return Incident(run=facts.run, facts=facts, findings=unique, not_evaluated=not_evaluated)
+
+
+# Classes that hold together by design: the first is the fix that comes first, the second is still
+# true (a foreign process *and* a startup KV failure), so their agreement is no rivalry.
+_COMPANIONS: dict[str, tuple[str, ...]] = {
+    "foreign_process": ("startup_kv", "weights_dont_fit", "runtime_activation", "cuda_graph", "fragmentation", "encoder_starvation"),
+    "weights_dont_fit": ("startup_kv",),
+    "startup_kv": ("weights_dont_fit",),
+    "cuda_graph": ("runtime_activation",),
+    "encoder_starvation": ("runtime_activation",),
+}
+
+
+def _evidence_of(facts: Facts) -> confidence.Evidence:
+    return confidence.Evidence(
+        phase_source=facts.get("phase_source", "none"),
+        message_complete=facts.get("oom_message_complete"),
+        system_fallback=facts.get("system_source") in ("prefix", "frames", "fallback"),
+        status=facts.get("evidence_status", "complete"),
+    )
 
 
 def _decisive_gaps(f: Facts) -> list[str]:
@@ -433,9 +474,10 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
             hints[name] = hints.get(name, 0) + count
     # When no event names the system (an OOM traceback alone), the line prefixes' style decides.
     hint = max(sorted(hints), key=lambda k: hints[k]) if hints else None
+    line_counts = {s.path: s.lines for s in stats_list}
     incidents: list[Incident] = []
     for i, run in enumerate(runs):
-        facts = build_facts(run, system=system, hint=hint, collected=gathered if i == len(runs) - 1 else ())
+        facts = build_facts(run, system=system, hint=hint, collected=gathered if i == len(runs) - 1 else (), line_counts=line_counts)
         if facts is not None:
             incidents.append(evaluate_incident(facts, rules))
     if incidents:
@@ -456,28 +498,136 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
             not_evaluated=last.not_evaluated,
             inputs=stats_list,
             facts=last.facts,
+            evidence=_completeness(last.facts),
+            phase=_phase_of(last.facts),
+            confidence_factors=primary.factors,
         )
-    last_facts = build_facts(runs[-1], force=True, system=system, hint=hint, collected=gathered) if runs else None
+    last_facts = build_facts(runs[-1], force=True, system=system, hint=hint, collected=gathered, line_counts=line_counts) if runs else None
+    return _no_oom_verdict(runs, last_facts, stats_list)
+
+
+def _completeness(facts: Facts | None) -> Completeness:
+    if facts is None:
+        return Completeness("complete")
+    return Completeness(facts.get("evidence_status", "complete"), facts.get("evidence_reason", ""), facts.ref("evidence_status"))
+
+
+def _phase_of(facts: Facts | None) -> phase_step.Phase:
+    if facts is None or facts.get("phase") is None:
+        return phase_step.UNKNOWN
+    return phase_step.Phase(facts.get("phase"), facts.get("phase_source", "none"), facts.ref("phase"))
+
+
+# What fetches the rest of a cut log, for every hypothesis and inconclusive verdict.
+FETCH_REST = (
+    "the whole log from the server's start to its end: `kubectl logs --previous POD` (a restarted pod), "
+    "`journalctl -u UNIT --no-pager`, `docker logs CONTAINER`, or the log file itself"
+)
+
+
+def _no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputStats]) -> Diagnosis:
+    """The verdict when no OOM is evident: none (how sure depends on how the input ends) or a hypothesis."""
+    evidence = _completeness(facts)
+    found = _phase_of(facts)
+    base = {
+        "incidents": [],
+        "budget": _budget_view(facts),
+        "not_evaluated": [],
+        "inputs": stats_list,
+        "facts": facts,
+        "evidence": evidence,
+        "phase": found,
+    }
+    if evidence.incomplete:
+        likely = found.likely_class if found.name != "unknown" else ""
+        if likely:
+            # A cut record in a memory-heavy phase: that phase's usual class, as a hypothesis only.
+            value = confidence.HYPOTHESIS_CAP if found.source in ("frames", "engine") else confidence.HYPOTHESIS_CAP - 0.10
+            factors = [
+                confidence.Factor(f"the evidence is incomplete: {evidence.reason}", round(value - 1.0, 2)),
+                confidence.Factor(f"class inferred from the phase ({found.name}, from {found.source}) only", 0.0),
+            ]
+            message = (
+                f"Crash during {found.name.replace('_', ' ')} ({_phase_words(found)}); the exception line is missing: {evidence.reason}. "
+                f"If it was an out-of-memory error, then it is most likely {likely} — {_HYPOTHESIS_FIX.get(likely, 'see the class documentation')}. "
+                f"To decide it, fetch {FETCH_REST}."
+            )
+            hypothesis = Finding(
+                rule=None,
+                klass=likely,
+                confidence=value,
+                message=message,
+                evidence=tuple(r for r in (evidence.ref, found.ref) if r is not None),
+                recommendations=[],
+                extra={"hypothesis": True, "would_decide": [f"the end of the failure record: {FETCH_REST}"]},
+                factors=factors,
+            )
+            return Diagnosis(
+                verdict_class=likely,
+                verdict_confidence=value,
+                verdict_rule=None,
+                summary=message,
+                findings=[hypothesis],
+                confidence_factors=factors,
+                inconclusive=True,
+                **base,
+            )
+        summary = f"Inconclusive: the evidence is incomplete ({evidence.reason}); no failure is evident in what was read. To decide it, fetch {FETCH_REST}."
+        return Diagnosis(
+            verdict_class="none",
+            verdict_confidence=0.3,
+            verdict_rule=None,
+            summary=summary,
+            findings=[],
+            confidence_factors=[confidence.Factor(f"the evidence is incomplete: {evidence.reason}", -0.6)],
+            inconclusive=True,
+            **base,
+        )
     summary = "No out-of-memory evidence in the input."
-    # A failure that is not an OOM but that people tune memory flags for: say so.
+    value = 0.6
+    factors = [confidence.Factor("nothing is wrong in the input, and nothing shows how it ends", -0.3)]
     other = next((e for run in runs for e in run.events if e.kind == sg.KIND_CAPTURE_FAILED and not e.get("is_oom")), None)
+    terminal = facts.get("terminal_exception") if facts is not None and other is None else None
+    if terminal:
+        value, factors = 0.9, []
+        message = (facts.get("terminal_exception_message") or "")[:160] if facts is not None else ""
+        ref = facts.ref("terminal_exception") if facts is not None else None
+        where = f" at {ref.path}:{ref.line}" if ref is not None else ""
+        summary += f" The run ended with {terminal}{where}" + (f": {message}" if message else "") + "; that is not an out-of-memory error, and no memory flag fixes it."
+    elif facts is not None and facts.get("clean_end"):
+        value, factors = 0.9, []
+        summary += " The server shut down cleanly."
+    # A failure that is not an OOM but that people tune memory flags for: say so.
     if other is not None:
+        value, factors = 0.9, []
         summary += (
-            f" CUDA graph capture failed at {other.ref.path}:{other.ref.line} for another reason ({other.get('reason')[:120]}); "
+            f" CUDA graph capture failed at {other.ref.path}:{other.ref.line} for another reason ({(other.get('reason') or '')[:120]}); "
             "lowering --mem-fraction-static or the graph batch size will not fix that."
         )
+    if not any(s.lines for s in stats_list):
+        value = 0.5
     return Diagnosis(
         verdict_class="none",
-        verdict_confidence=0.9 if any(s.lines for s in stats_list) else 0.5,
+        verdict_confidence=value,
         verdict_rule=None,
         summary=summary,
         findings=[],
-        incidents=[],
-        budget=_budget_view(last_facts),
-        not_evaluated=[],
-        inputs=stats_list,
-        facts=last_facts,
+        confidence_factors=factors,
+        **base,
     )
+
+
+_HYPOTHESIS_FIX = {
+    "weights_dont_fit": "the weights do not fit the GPU share: more tensor parallelism, quantization, or a bigger GPU",
+    "startup_kv": "no room for the KV cache at startup: raise --mem-fraction-static (SGLang) / --gpu-memory-utilization (vLLM) or lower the context length",
+    "cuda_graph": "graph capture ran out: lower the captured batch size (--cuda-graph-max-bs) or disable CUDA graphs",
+    "encoder_starvation": "the multimodal encoder got no room: reserve memory for it or cap the media size",
+    "runtime_activation": "a forward pass outgrew the activation reserve: lower --mem-fraction-static / --chunked-prefill-size (SGLang) or --gpu-memory-utilization / --max-num-batched-tokens (vLLM)",
+}
+
+
+def _phase_words(found: phase_step.Phase) -> str:
+    return {"frames": "from its traceback frames", "context": "from the log lines before it", "engine": "from the engine's own line"}.get(found.source, "phase unknown")
 
 
 def display_path(path: str) -> str:

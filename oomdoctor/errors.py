@@ -12,6 +12,7 @@ class ExitCode(IntEnum):
     INTERNAL = 1
     USAGE = 2
     OOM_DIAGNOSED = 3
+    INCONCLUSIVE = 4
     BAD_INPUT = 5
     INTERRUPTED = 130
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-
 # The event that stands for occurrences of a repeating kind left out to bound memory; its values are
 # {"kind": the kind, "dropped": how many were left out, "total": how many were read}.
 KIND_REPEATS = "repeats"

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from oomdoctor import budget, catalogue
+from oomdoctor import budget, catalogue, completeness, phase
 from oomdoctor.budget import Derived, Step
 from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.gpus import likely_gpu
+from oomdoctor.parsers import records as rc
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
@@ -123,7 +124,12 @@ def detect_system(events: list[Event]) -> str:
 
 
 def build_facts(
-    run: Run, force: bool = False, system: str | None = None, hint: str | None = None, collected: Any = ()
+    run: Run,
+    force: bool = False,
+    system: str | None = None,
+    hint: str | None = None,
+    collected: Any = (),
+    line_counts: dict[str, int] | None = None,
 ) -> Facts | None:
     """Facts for the incident of one run, or None when the run shows no OOM (unless ``force``).
 
@@ -163,7 +169,57 @@ def build_facts(
         _vllm_facts(f, events, first_i)
     if collected:
         _collected_facts(f, list(collected))
+    _phase_facts(f, events, oom_idx, first_i, line_counts or {})
     return f
+
+
+_SERVING_PHASES = ("serving", "prefill", "decode", "sampling")
+
+
+def _phase_facts(f: Facts, events: list[Event], oom_idx: list[int], first_i: int, line_counts: dict[str, int]) -> None:
+    """The phase step and evidence completeness (DESIGN §2.1), as facts rules and the verdict read."""
+    records = [e for e in events if e.kind == rc.KIND_RECORD]
+    cuts = [e for e in events if e.kind == rc.KIND_CUT]
+    ooms = [events[i] for i in oom_idx if events[i].kind in (tt.KIND_OOM, tt.KIND_DRIVER_OOM)]
+    oom = ooms[0] if ooms else None
+    if oom_idx:
+        failure_i = oom_idx[0]
+    else:
+        # No OOM evident: the failure is the last record (cut or not) of the run, if any.
+        last = records[-1] if records else None
+        failure_i = events.index(last) if last is not None else len(events) - 1
+    found = phase.infer(events, failure_i, oom, records)
+    f.set("phase", found.name, found.ref)
+    f.set("phase_source", found.source, found.ref)
+    # Serving traffic or a forward frame before the failure means the server was up.
+    if found.name in _SERVING_PHASES and not f.get("server_ready"):
+        f.set("server_ready", True, found.ref)
+    # Fill the v1 stage where its own sources said nothing (no milestones, frames after the message).
+    if f.get("oom_stage") in (None, "unknown") and found.name != "unknown" and (f.get("torch_oom") or f.get("driver_oom")):
+        f.set("oom_stage", found.stage, found.ref)
+        f.set("oom_stage_source", "traceback" if found.source == "frames" else "timeline")
+        if found.name in ("prefill", "decode"):
+            f.set("oom_phase", found.name)
+        if found.stage == "weight_loading":
+            f.set("weight_load_oom", True, found.ref)
+        if found.stage == "cuda_graph":
+            f.set("capture_oom", True, found.ref)
+        if found.stage == "encoder":
+            f.set("encoder_oom", True, found.ref)
+    path = (events[failure_i].ref.path if events else None) or ""
+    in_path = [r for r in records if r.ref.path == path]
+    whole_oom = any(e.get("complete", True) for e in ooms) or bool(f.get("startup_kv_error") or f.get("capture_oom") or f.get("kv_alloc_failed") or f.get("req_slots_failed"))
+    context = sum(1 for e in events if e.kind not in (tt.KIND_OOM, tt.KIND_DRIVER_OOM, rc.KIND_RECORD, rc.KIND_CUT))
+    done = completeness.assess(events, in_path, [c for c in cuts if c.ref.path == path], line_counts.get(path, 0), whole_oom, context)
+    f.set("evidence_status", done.status, done.ref)
+    if done.reason:
+        f.set("evidence_reason", done.reason)
+    terminal = next((r for r in reversed(records) if r.get("complete") and not r.get("chain_has_oom")), None)
+    if terminal is not None and not oom_idx:
+        f.set("terminal_exception", terminal.get("exception"), terminal.ref)
+        f.set("terminal_exception_message", terminal.get("exception_message"), terminal.ref)
+    if any(e.kind == rc.KIND_CLEAN_END for e in events):
+        f.set("clean_end", True)
 
 
 def _server_args_facts(f: Facts, events: list[Event]) -> None:

@@ -9,6 +9,7 @@ child, and exits with the child's own code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,8 +18,9 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 from oomdoctor import procinfo
 from oomdoctor.collected import manifest_header
@@ -130,10 +132,8 @@ def run(
 
     def forward(signum: int, frame: Any) -> None:
         forwarded.append(signum)
-        try:
+        with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
-        except ProcessLookupError:
-            pass
 
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -193,16 +193,14 @@ def _write_bundle(out: Path, cmd: list[str], started: float, ended: float, code:
 
 
 def _write_report(out: Path, stderr: BinaryIO) -> None:
-    from oomdoctor.advice import known_advice
-    from oomdoctor.diagnosis import diagnose
+    from oomdoctor.api import diagnose, load_rules
     from oomdoctor.errors import OomdoctorError
     from oomdoctor.render import html, json_out
-    from oomdoctor.rule_engine import load_rules
     from oomdoctor.view import build_view
 
     try:
-        rules = load_rules(known_advice=known_advice())
-        view = build_view(diagnose([str(out)], rules))
+        rules = load_rules()
+        view = build_view(diagnose([str(out)], rules=rules))
         (out / "report.html").write_text(html.render(view, {r.id: r.docs for r in rules}))
         (out / "diagnosis.json").write_text(json_out.render(view))
         note = f"oomdoctor: {view['verdict']['class']}: report at {out / 'report.html'}\n"

@@ -13,8 +13,9 @@ import os
 import stat
 import sys
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Protocol
 
 from oomdoctor.errors import InputError
 
@@ -110,7 +111,16 @@ def _open_raw(path: str) -> BinaryIO:
         raise InputError(f"{path}: cannot open ({exc.strerror or exc})") from None
 
 
-def _decompressor(kind: str) -> Callable[[], object]:
+class _Decompressor(Protocol):
+    """What zlib's decompressobj, bz2.BZ2Decompressor and lzma.LZMADecompressor have in common here."""
+
+    @property
+    def unused_data(self) -> bytes: ...
+
+    def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
+
+
+def _decompressor(kind: str) -> Callable[[], _Decompressor]:
     if kind == "gzip":
         return lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)
     if kind == "bzip2":
@@ -143,7 +153,7 @@ def _decoded_blocks(raw: BinaryIO, stats: InputStats) -> Iterator[bytes]:
         while data:
             try:
                 # max_length bounds the output of a decompression bomb to one chunk at a time.
-                out = decomp.decompress(data, CHUNK_BYTES)  # type: ignore[attr-defined]
+                out = decomp.decompress(data, CHUNK_BYTES)
             except (OSError, EOFError, zlib.error, lzma.LZMAError, ValueError) as exc:
                 stats.truncated = True
                 stats.warn(f"{kind} stream is damaged ({exc}); read what came before the damage")
@@ -152,7 +162,7 @@ def _decoded_blocks(raw: BinaryIO, stats: InputStats) -> Iterator[bytes]:
                 yield out
             tail = getattr(decomp, "unconsumed_tail", b"")
             if getattr(decomp, "eof", False):
-                rest = decomp.unused_data  # type: ignore[attr-defined]
+                rest = decomp.unused_data
                 # Concatenated members (log rotation appends .gz members) start a new stream.
                 data = rest if rest and any(rest.startswith(m) for m, n in _MAGIC if n == kind) else b""
                 if data:

@@ -7,8 +7,9 @@ memory. Tests pass a recorded fake module with the same function names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from oomdoctor.evidence import Unavailable
 
@@ -84,7 +85,7 @@ class Nvml:
     def start(self) -> bool:
         if self._module is None:
             try:
-                import pynvml  # noqa: PLC0415 - lazy: never on the diagnose path
+                import pynvml  # lazy: never on the diagnose path
 
                 self._module = pynvml
             except ImportError as exc:

@@ -8,11 +8,12 @@ only the first time its needle (a substring every match contains) is in the text
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 
 class LazyRegex:
-    __slots__ = ("needle", "source", "flags", "_compiled")
+    __slots__ = ("_compiled", "flags", "needle", "source")
 
     def __init__(self, needle: str | None, source: str, flags: int = 0) -> None:
         self.needle = needle
@@ -38,10 +39,10 @@ class LazyRegex:
     def finditer(self, text: str) -> Iterator[re.Match[str]]:
         return iter(()) if self._absent(text) else self.compiled.finditer(text)
 
-    def findall(self, text: str) -> list:
+    def findall(self, text: str) -> list[Any]:
         return [] if self._absent(text) else self.compiled.findall(text)
 
-    def sub(self, repl, text: str) -> str:  # type: ignore[no-untyped-def]
+    def sub(self, repl: str | Callable[[re.Match[str]], str], text: str) -> str:
         return text if self._absent(text) else self.compiled.sub(repl, text)
 
 

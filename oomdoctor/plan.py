@@ -127,7 +127,10 @@ def _estimate_weights(c: dict[str, Any], m: Model) -> int:
         attn = h * m.heads * m.head_dim + 2 * h * m.kv_heads * m.head_dim + m.heads * m.head_dim * h
     experts = int(c.get("n_routed_experts") or c.get("num_experts") or c.get("num_local_experts") or 0)
     if experts:
-        moe_inter = int(c.get("moe_intermediate_size") or c.get("intermediate_size"))
+        moe_inter_raw = c.get("moe_intermediate_size") or c.get("intermediate_size")
+        if moe_inter_raw is None:
+            raise InputError(f"{m.name}: a MoE config ({experts} experts) lacks moe_intermediate_size and intermediate_size")
+        moe_inter = int(moe_inter_raw)
         shared = int(c.get("n_shared_experts") or 0) * 3 * h * moe_inter
         mlp = experts * 3 * h * moe_inter + shared + h * experts
         dense_layers = int(c.get("first_k_dense_replace") or 0)
@@ -166,9 +169,12 @@ def plan(
 
     ``at`` also evaluates one given value of the flag (the one a launch script pins, say).
     """
+    if model.weights_bytes is None:
+        raise ValueError(f"{model.name}: weights unknown (load_model fills them in)")
+    weights = model.weights_bytes
     kv_bytes = _DTYPE_BYTES.get(kv_cache_dtype) or model.dtype_bytes
     ctx = int(context_len or model.max_context or 8192)
-    weights_rank = model.weights_bytes // tp
+    weights_rank = weights // tp
     cell = cell_bytes(model, tp, kv_bytes)
     one_request = ctx * cell.value
     overhead = CONTEXT_BYTES + (NCCL_BYTES if tp > 1 else 0)
@@ -176,7 +182,7 @@ def plan(
     steps: list[Step] = [
         Step("card capacity", gpu_name, capacity_bytes),
         Step("pre: free before weights (estimated)", f"capacity - CUDA context 0.59 GiB{' - NCCL 0.50 GiB' if tp > 1 else ''}", pre),
-        Step("weights per rank", f"{gib_text(model.weights_bytes)} ({model.weights_source}) / tp {tp}", weights_rank),
+        Step("weights per rank", f"{gib_text(weights)} ({model.weights_source}) / tp {tp}", weights_rank),
         *cell.steps,
         Step("one max-length request's KV", f"{ctx} tokens * {cell.value} B", one_request),
     ]
@@ -207,8 +213,8 @@ def plan(
             rec = 0.9
         default = 0.9
 
-        def kv_at(u: float) -> int:
-            return budget.vllm_kv_budget_bytes(capacity_bytes, u, non_kv)
+        def kv_at(fraction: float) -> int:  # u, --gpu-memory-utilization
+            return budget.vllm_kv_budget_bytes(capacity_bytes, fraction, non_kv)
 
         result.update({"flag": "--gpu-memory-utilization", "window": [low.value, high.value], "default": default, "default_source": "vLLM's default"})
     else:
@@ -221,8 +227,8 @@ def plan(
         steps += list(auto.steps)
         default = auto.value
 
-        def kv_at(y: float) -> int:
-            return budget.sglang_kv_budget_bytes(pre, pre - weights_rank, y)
+        def kv_at(fraction: float) -> int:  # y, --mem-fraction-static
+            return budget.sglang_kv_budget_bytes(pre, pre - weights_rank, fraction)
 
         result.update({"flag": "--mem-fraction-static", "window": [round(window.low, 4), round(window.high, 4)], "default": default, "default_source": "SGLang's auto-tune (current era)"})
     low_w, high_w = result["window"]

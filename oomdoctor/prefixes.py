@@ -137,7 +137,7 @@ def split_prefix(raw: str) -> Stripped:
                 tag = _vllm_proc_rank(groups["name"], groups["attrs"])
                 if tag:
                     ranks.append(tag)
-            elif "ts" in groups and groups["ts"]:
+            elif groups.get("ts"):
                 ts = ts or groups["ts"]
             text = text[m.end() :]
             break

@@ -106,7 +106,7 @@ def load_psutil(psutil_module: Any = "auto") -> Any:
     if psutil_module != "auto":
         return psutil_module
     try:
-        import psutil  # noqa: PLC0415 - imported only by collect and run
+        import psutil  # lazy: imported only by collect and run
 
         return psutil
     except ImportError:

@@ -96,10 +96,7 @@ def redact_text(text: str) -> str:
     if not text or not any(t in text for t in _TRIGGERS):
         return text
     for name, pattern, repl in _RULES:
-        if name == "kv":
-            text = pattern.sub(_kv_replacement, text)
-        else:
-            text = pattern.sub(repl, text)
+        text = pattern.sub(_kv_replacement if name == "kv" else repl, text)
     return text
 
 

@@ -8,8 +8,8 @@ that wrap, are decoded and handed to the parsers.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
-from typing import Iterable, Iterator
 
 from oomdoctor.evidence import Line, LineRef
 from oomdoctor.prefixes import split_prefix, strip_ansi
@@ -19,6 +19,10 @@ from oomdoctor.prefixes import split_prefix, strip_ansi
 CONTEXT_LINES = 3
 
 MAX_TEXT_CHARS = 4000
+
+# Lines above a failure line that are also read, for the phase step's context (serving traffic,
+# loader or capture progress). Twelve covers a traceback header block and a few log lines.
+BEFORE_LINES = 12
 
 
 @lru_cache(maxsize=8)
@@ -30,37 +34,54 @@ def _compiled(anchors: tuple[bytes, ...]):
     """
     pattern = b"|".join(re.escape(a) for a in anchors)
     try:
-        import re2  # type: ignore[import-not-found]
+        import re2
 
         return re2.compile(pattern)
     except ImportError:  # pragma: no cover - exercised where google-re2 has no wheel
         return re.compile(pattern)
 
 
-def _anchor_line_starts(chunk: bytes, anchors: tuple[bytes, ...]) -> list[int]:
+def _anchor_line_starts(chunk: bytes, anchors: tuple[bytes, ...], before: frozenset[bytes] = frozenset()) -> tuple[list[int], list[int]]:
+    """Starts of the anchored lines, and of those whose preceding lines are wanted as context."""
     starts: list[int] = []
+    wants_before: list[int] = []
     last_end = -1
     rfind, find = chunk.rfind, chunk.find
     for m in _compiled(anchors).finditer(chunk):
         pos = m.start()
         if pos <= last_end:
             continue  # another anchor on a line already taken
-        starts.append(rfind(b"\n", 0, pos) + 1)
+        start = rfind(b"\n", 0, pos) + 1
+        starts.append(start)
+        if before and m.group() in before:
+            wants_before.append(start)
         last_end = find(b"\n", pos)
-    return starts
+    return starts, wants_before
 
 
-def scan_lines(chunks: Iterable[bytes], path: str, anchors: tuple[bytes, ...], counter: list[int]) -> Iterator[Line]:
+def scan_lines(
+    chunks: Iterable[bytes], path: str, anchors: tuple[bytes, ...], counter: list[int], before_anchors: tuple[bytes, ...] = ()
+) -> Iterator[Line]:
     """Yield the anchored lines (and their context lines) of a stream of whole-line chunks.
 
+    Lines holding one of ``before_anchors`` (failure lines) also bring the BEFORE_LINES lines above
+    them (within the chunk): what the server printed just before a failure says which phase it was in.
     ``counter[0]`` is set to the total number of lines seen, for the input report.
     """
+    before_set = frozenset(before_anchors)
     base = 0  # lines before this chunk
     pending_context = 0
     last_rank: str | None = None
     for chunk in chunks:
-        hits = _anchor_line_starts(chunk, anchors)
+        hits, wants_before = _anchor_line_starts(chunk, anchors, before_set)
         wanted: set[int] = set(hits)
+        for start in wants_before:
+            pos = start
+            for _ in range(BEFORE_LINES):
+                if pos <= 0:
+                    break
+                pos = chunk.rfind(b"\n", 0, pos - 1) + 1
+                wanted.add(pos)
         pos = 0
         for _ in range(pending_context):
             if pos >= len(chunk):

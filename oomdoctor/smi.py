@@ -87,9 +87,10 @@ def parse_apps_csv(text: str) -> list[dict[str, Any]]:
 def attach_apps(gpus: list[Gpu], apps: list[dict[str, Any]]) -> None:
     for app in apps:
         for g in gpus:
-            if (app["gpu_uuid"] and app["gpu_uuid"] == g.uuid) or (app["gpu_bus_id"] and g.pci_bus_id and app["gpu_bus_id"].lower().endswith(g.pci_bus_id.lower()[-12:])):
-                if isinstance(g.processes, list):
-                    g.processes.append(GpuProcess(pid=app["pid"], used_bytes=app["used_bytes"]))
+            same_uuid = app["gpu_uuid"] and app["gpu_uuid"] == g.uuid
+            same_bus = app["gpu_bus_id"] and g.pci_bus_id and app["gpu_bus_id"].lower().endswith(g.pci_bus_id.lower()[-12:])
+            if (same_uuid or same_bus) and isinstance(g.processes, list):
+                g.processes.append(GpuProcess(pid=app["pid"], used_bytes=app["used_bytes"]))
 
 
 def driver_version_xml(text: str) -> str | None:

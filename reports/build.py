@@ -37,17 +37,15 @@ GALLERY = {
 
 def render(fixture: str, fmt: str) -> str:
     """One report, rendered in-process with paths relative to the repository."""
-    from oomdoctor.advice import known_advice
-    from oomdoctor.diagnosis import diagnose
+    from oomdoctor.api import diagnose, load_rules
     from oomdoctor.render import html, markdown
-    from oomdoctor.rule_engine import load_rules
     from oomdoctor.view import build_view
 
-    rules = load_rules(known_advice=known_advice())
+    rules = load_rules()
     cwd = os.getcwd()
     os.chdir(REPO)
     try:
-        view = build_view(diagnose([f"tests/fixtures/{fixture}"], rules))
+        view = build_view(diagnose([f"tests/fixtures/{fixture}"], rules=rules))
     finally:
         os.chdir(cwd)
     if fmt == "html":

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
 import os
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, settings
+
+from oomdoctor.cli import cli
 
 # Fuzzing is bounded in CI: a fixed example budget per property, no per-example deadline (a cold
 # first example pays for imports). HYPOTHESIS_PROFILE=long runs ten times more locally.
 settings.register_profile("ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("long", max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-
-from oomdoctor.cli import cli
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"

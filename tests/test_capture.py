@@ -57,7 +57,7 @@ SCRIPT = textwrap.dedent(
 def _run(tmp_path: Path, fake_torch: Path, install: str, env_extra: dict[str, str], pythonpath: list[str]) -> subprocess.CompletedProcess:
     script = tmp_path / "server.py"
     script.write_text(SCRIPT.format(install=install))
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(pythonpath + [str(fake_torch)]), **env_extra}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join([*pythonpath, str(fake_torch)]), **env_extra}
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path)
 
 
@@ -98,3 +98,18 @@ def test_without_the_variable_nothing_is_installed(tmp_path: Path, fake_torch: P
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{SITE_DIR}:{fake_torch}"}
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
     assert r.stdout.strip() == "0", r.stderr
+
+
+def test_variable_set_without_torch_import_fails_as_usual(tmp_path: Path) -> None:
+    """A process without torch under OOMDOCTOR_CAPTURE_DIR gets ModuleNotFoundError (it got AttributeError from the hook)."""
+    import importlib.util
+
+    from oomdoctor.capture import SITE_DIR
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here")
+    script = tmp_path / "s.py"
+    script.write_text("try:\n    import torch\nexcept ImportError as exc:\n    print(type(exc).__name__)\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": SITE_DIR, "OOMDOCTOR_CAPTURE_DIR": str(tmp_path / "oom")}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
+    assert r.stdout.strip() == "ModuleNotFoundError", r.stderr

@@ -17,7 +17,7 @@ SEED = FIXTURES / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"
 
 
 def _one_error_line(err: str) -> str:
-    lines = [l for l in err.splitlines() if l.strip()]
+    lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     assert "Traceback" not in err
     return lines[0]

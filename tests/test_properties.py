@@ -23,7 +23,8 @@ from oomdoctor.units import GIB, KIB, MIB, TIB, format_bytes, parse_size_bytes
 
 ANCHOR_TEXT = [a.decode() for a in ANCHORS]
 # Fragments of real lines, so that generated text reaches the parsers' deeper branches.
-FRAGMENTS = ANCHOR_TEXT + [
+FRAGMENTS = [
+    *ANCHOR_TEXT,
     "[2026-03-02 10:00:41 TP0] ",
     "(EngineCore_DP0 pid=1) INFO 08-19 07:51:03 [core.py:1] ",
     "[rank1]: ",

@@ -13,6 +13,7 @@ import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -46,7 +47,7 @@ def page_requests(hits: list[str]) -> list[str]:
 
 
 class _Counter(BaseHTTPRequestHandler):
-    hits: list[str] = []
+    hits: ClassVar[list[str]] = []
 
     def _count(self) -> None:
         type(self).hits.append(f"{self.command} {self.path}")

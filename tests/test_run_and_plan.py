@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from oomdoctor import flight, plan
+from oomdoctor.errors import InputError
 from oomdoctor.gpus import find_gpu
 from oomdoctor.units import GIB
 
@@ -148,6 +149,15 @@ def test_plan_cell_bytes_mla_is_not_split_and_gqa_is() -> None:
     assert plan.cell_bytes(gqa, 16, 2).value == 1 * 256 * 32 * 2  # KV heads replicate beyond 8 ranks
     assert gqa.weights_bytes / 1e9 == pytest.approx(16.06, abs=0.05)  # 8.03 B parameters in bf16
     assert mla.weights_bytes / 1e9 == pytest.approx(31.4, abs=0.3)  # 15.7 B parameters in bf16
+
+
+def test_plan_moe_config_without_expert_size_is_an_input_error(tmp_path: Path, run_cli) -> None:
+    cfg = {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 1000, "num_local_experts": 8}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match="lacks moe_intermediate_size and intermediate_size"):
+        plan.load_model(str(tmp_path))
+    res = run_cli("plan", "--model", str(tmp_path), "--gpu", "H100-80GB")
+    assert res.code == 5 and "intermediate_size" in res.err
 
 
 def test_plan_cli_exit_codes_and_what_fits(run_cli) -> None:

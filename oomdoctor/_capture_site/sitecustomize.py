@@ -16,7 +16,9 @@ if os.environ.get("OOMDOCTOR_CAPTURE_DIR"):
             import importlib.util
 
             spec = importlib.util.find_spec(name)
-            loader = spec.loader
+            loader = spec.loader if spec is not None else None
+            if loader is None:
+                return spec  # torch is not importable here: let the import fail as it would without us
             exec_module = loader.exec_module
 
             def exec_and_install(module):
@@ -28,7 +30,8 @@ if os.environ.get("OOMDOCTOR_CAPTURE_DIR"):
                 except Exception as exc:  # noqa: BLE001 - never break the server
                     print(f"oomdoctor.capture: not installed: {exc}", file=sys.stderr)
 
-            loader.exec_module = exec_and_install
+            # Patch this one loader instance, which mypy cannot express without an ignore.
+            loader.exec_module = exec_and_install  # type: ignore[method-assign]
             return spec
 
     sys.meta_path.insert(0, _AfterTorch())

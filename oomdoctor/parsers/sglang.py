@@ -98,7 +98,7 @@ _SIMPLE: tuple[tuple[str, LazyRegex], ...] = (
     ),
     (
         KIND_KV_ALLOCATED,
-        lazy('Cache is allocated', 
+        lazy('Cache is allocated',
             rf"KV Cache is allocated\.(?: dtype: (?P<dtype>[\w.]+),)?(?: #tokens: (?P<tokens>\d+),)? "
             rf"(?:K size: (?P<k>{_F[1:-1]}) GB, V size: (?P<v>{_F[1:-1]}) GB|KV size: (?P<kv>{_F[1:-1]}) GB)"
         ),
@@ -115,7 +115,7 @@ _SIMPLE: tuple[tuple[str, LazyRegex], ...] = (
     (KIND_GRAPH_BAR, lazy('Capturing batches', rf"Capturing batches \((?:bs|num_tokens)=(\d+) avail_mem={_F} ?GB\)")),
     (
         KIND_SUMMARY,
-        lazy('max_total_num_tokens=', 
+        lazy('max_total_num_tokens=',
             r"max_total_num_tokens=(?P<tokens>\d+), (?:chunked_prefill_size=(?P<chunk>-?\d+), )?max_prefill_tokens=(?P<prefill>\d+), "
             rf"max_running_requests=(?P<running>\d+), context_len=(?P<ctx>\d+)(?:, available_gpu_mem=(?P<avail>{_F[1:-1]}) ?GB)?"
         ),
@@ -127,7 +127,7 @@ _SIMPLE: tuple[tuple[str, LazyRegex], ...] = (
     ),
     (
         KIND_NO_KV,
-        lazy('Loaded weights leave', 
+        lazy('Loaded weights leave',
             rf"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={_F}\.?"
             rf"(?: Raise --mem-fraction-static above {_F} \(minimum viable = 1 - available/pre = {_F}\))?"
         ),
@@ -164,7 +164,7 @@ _SIMPLE: tuple[tuple[str, LazyRegex], ...] = (
     # The fixed "Possible solutions:" block after a capture failure; it names this version's flags.
     (
         KIND_CAPTURE_ADVICE,
-        lazy(None, 
+        lazy(None,
             r"(?:Possible solutions:|^\s*\d\. (?:set --mem-fraction-static|set --cuda-graph-max-bs(?P<decode>-decode)?|disable (?:decode )?(?:cuda|CUDA) graph|disable torch compile|set --piecewise)"
             r"|Open an issue on GitHub|This is not an out-of-memory error)"
         ),
@@ -275,10 +275,10 @@ class SGLangParser:
             m = pattern.search(msg)
             if m is None:
                 continue
-            values = self._values(kind, m)
-            if values is None:
+            found = self._values(kind, m)
+            if found is None:
                 continue
-            out.append(Event(kind, (line.ref,), values))
+            out.append(Event(kind, (line.ref,), found))
             break
         return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import deque
 
+from oomdoctor import phase as phase_tables
 from oomdoctor.evidence import Event, Line, LineRef, ProcessUsage
 from oomdoctor.patterns import LazyRegex, lazy
 from oomdoctor.units import UnitError, is_plausible_device_bytes, parse_size_bytes
@@ -90,44 +91,6 @@ _TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
 _METHOD_RE = lazy("processing method", r"while processing method (\w+)")
 _FRAME_RE = lazy("File ", r'^\s*File "([^"]+)", line \d+, in ([\w<>.]+)')
 
-# Where in a server an allocation failed, judged from traceback frames as (path, function)
-# patterns. Checked in this order: a forward pass inside graph capture is a capture OOM, an
-# encoder inside the model is an encoder OOM. Graph *replay* frames (cuda_graph_runner.replay) are
-# a normal decode step, so capture is matched on the function name only. The VLM routine that
-# wraps every forward (general_mm_embed_routine) is deliberately not an encoder marker.
-_STAGE_MARKERS: tuple[tuple[str, LazyRegex | None, LazyRegex], ...] = (
-    ("cuda_graph", None, lazy(None, r"capture", re.I)),
-    (
-        "weight_loading",
-        lazy(None, r"model_loader|weight_utils"),
-        lazy(None, r"^(?:load_model|load_weights|weight_loader|load_state_dict|from_pretrained|initialize_model|_load_w\w*)$"),
-    ),
-    (
-        "kv_pool",
-        lazy(None, r"memory_pool\.py|kv_cache_configurator|pool_configurator"),
-        lazy(None, r"init_memory_pool|_create_buffers|^init_memory$|initialize_kv_cache|_initialize_kv_caches|allocate_kv_cache|_allocate_kv_cache\w*|TokenToKVPool"),
-    ),
-    (
-        "encoder",
-        lazy(None, r"/vision\w*\.py|siglip|/clip\.py|_vit\b|/vit\w*\.py|audio_encoder|whisper", re.I),
-        lazy(None, 
-            r"get_image_feature|get_audio_feature|get_video_feature|encode_images|embed_mm_inputs|_process_image_input"
-            r"|_process_video_input|get_multimodal_embeddings|compute_fn|^visual$|vision_tower|audio_tower|_encode_(?:image|audio|video)",
-            re.I,
-        ),
-    ),
-    (
-        "forward",
-        None,
-        lazy(None, r"forward|run_batch|execute_model|_dummy_run|generate|prefill|decode", re.I),
-    ),
-)
-_PHASE_MARKERS: tuple[tuple[str, LazyRegex], ...] = (
-    ("prefill", lazy(None, r"forward_extend|prefill|_dummy_sampler_run|profile_run|chunked", re.I)),
-    ("decode", lazy(None, r"forward_decode|decode", re.I)),
-)
-
-
 def _parse_size(text: str | None, implausible: list[str] | None = None) -> int | None:
     if not text:
         return None
@@ -148,21 +111,26 @@ def _wrapper_of(text: str) -> str | None:
 
 
 def classify_frames(frames: tuple[tuple[str, str], ...]) -> tuple[str, str | None]:
-    """Stage and phase of a failed allocation from its traceback frames (file, function)."""
-    if not frames:
+    """Stage and phase (v1 vocabulary) of a failed allocation from its traceback frames (file, function).
+
+    The frame table is data (``data/phases.toml``, read by the phase step); this keeps the coarse
+    v1 names rules use: stage weight_loading / kv_pool / cuda_graph / encoder / forward, and for a
+    forward pass its phase, prefill or decode.
+    """
+    found = phase_tables.classify_frames(frames)
+    if found is None:
         return "unknown", None
-    stage = "unknown"
-    for name, path_re, func_re in _STAGE_MARKERS:
-        if any(func_re.search(func) or (path_re is not None and path_re.search(path)) for path, func in frames):
-            stage = name
-            break
-    phase = None
+    stage = phase_tables.legacy_stage(found)
+    if found == "profiling":
+        return "profile", None  # vLLM's facts turn this into a forward pass in its profile phase
+    if found in ("prefill", "decode"):
+        return stage, found
     if stage in ("forward", "cuda_graph"):
-        for name, pattern in _PHASE_MARKERS:
-            if any(pattern.search(func) for _, func in frames):
-                phase = name
-                break
-    return stage, phase
+        # A graph capture or a generic forward: the deepest prefill/decode frame names the pass.
+        for rule in phase_tables.tables().frames:
+            if rule.phase in ("prefill", "decode") and rule.func is not None and any(rule.func.search(func) for _, func in frames):
+                return stage, rule.phase
+    return stage, None
 
 
 def parse_oom_message(text: str) -> dict:
@@ -262,7 +230,7 @@ class TorchParser:
         values["stage"] = stage
         if phase:
             values["phase"] = phase
-        values["frames"] = frames[-12:]
+        values["frames"] = frames[-40:]
         values["message"] = text[:2000]
         return [Event(KIND_OOM, tuple(refs), values)]
 
@@ -311,7 +279,7 @@ class TorchParser:
             if pattern.search(msg):
                 frames = tuple(self._frames_of(line.ref.rank))
                 stage, phase = classify_frames(frames)
-                values = {"source": source, "stage": stage, "frames": frames[-12:]}
+                values = {"source": source, "stage": stage, "frames": frames[-40:]}
                 if phase:
                     values["phase"] = phase
                 out.append(Event(KIND_DRIVER_OOM, (line.ref,), values))

@@ -86,21 +86,21 @@ _PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     ),
     (
         KIND_PROFILE_BREAKDOWN,
-        lazy('model weights take', 
+        lazy('model weights take',
             rf"model weights take {_F} ?GiB; non_torch_memory takes {_F} ?GiB; PyTorch activation peak memory takes {_F} ?GiB; "
             rf"the rest of the memory reserved for KV Cache is {_F} ?GiB"
         ),
     ),
     (
         KIND_PROFILE_V0_RESULTS,
-        lazy('Memory profiling results', 
+        lazy('Memory profiling results',
             rf"Memory profiling results:.*?total_gpu_memory={_F} ?GiB.*?peak_torch_memory={_F} ?GiB.*?non_torch_memory={_F} ?GiB, "
             rf"kv_cache_size={_F} ?GiB, gpu_memory_utilization={_F}"
         ),
     ),
     (
         KIND_PROFILE_V1,
-        lazy('Total non KV cache memory', 
+        lazy('Total non KV cache memory',
             rf"Total non KV cache memory: {_F} ?GiB; torch peak memory increase: {_F} ?GiB; non-torch forward increase memory: {_F} ?GiB;"
             rf"(?: total consumed \(from mem_get_info\): {_F} ?GiB;)? weights memory: {_F} ?GiB"
         ),
@@ -120,14 +120,14 @@ _PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     (KIND_GRAPH_BEGIN, lazy(None, r"Capturing the model for CUDA graphs|CUDA graphs can take additional|Capturing CUDA graphs? (?:shapes|\()|Capturing cudagraphs?|Profiling CUDA graph memory")),
     (
         KIND_FREE_LESS,
-        lazy('Free memory on device', 
+        lazy('Free memory on device',
             rf"Free memory on device(?: (?P<dev>[\w:]+))? \({_F}/{_F} GiB\) on startup is less than desired GPU memory utilization \({_F}, {_F} GiB\)"
         ),
     ),
     (KIND_NO_CACHE_BLOCKS, lazy('No available memory for the cache blocks', r"No available memory for the cache blocks")),
     (
         KIND_ONE_REQUEST,
-        lazy('max seq len', 
+        lazy('max seq len',
             rf"To serve at least one request with the models?'s max seq len \({_N}\), \({_F} GiB KV cache is needed, which is larger than "
             rf"the available KV cache memory \({_F} GiB\)\.(?: Based on the available memory, the estimated maximum model length is {_N}\.)?"
             rf"|The model's max seq len \({_N}\) is larger than the maximum number of tokens that can be stored in KV cache \({_N}\)"
@@ -164,6 +164,11 @@ _ARG_KEYS = {
 }
 
 
+def _gib_required(text: str) -> int:
+    """A GiB figure from a group the pattern always fills (``_gib`` is for optional groups)."""
+    return gib_to_bytes(float(text))
+
+
 def _int(text: str | None) -> int | None:
     return int(text.replace(",", "")) if text else None
 
@@ -175,7 +180,7 @@ def _literal(raw: str) -> Any:
         return raw
 
 
-def _config_values(text: str, pattern: re.Pattern[str]) -> dict[str, Any]:
+def _config_values(text: str, pattern: LazyRegex) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key, raw in pattern.findall(text):
         if key in _ARG_KEYS and key not in values:
@@ -260,7 +265,7 @@ class VLLMParser:
             # peak_torch_memory includes the weights; non-KV = peak torch + non-torch.
             return {
                 "total_bytes": _gib(g[0]),
-                "non_kv_bytes": _gib(g[1]) + _gib(g[2]),
+                "non_kv_bytes": _gib_required(g[1]) + _gib_required(g[2]),
                 "non_torch_bytes": _gib(g[2]),
                 "kv_bytes": _gib(g[3]),
                 "gpu_memory_utilization": _num(g[4]),
@@ -312,10 +317,10 @@ class VLLMParser:
                 }
             return {"max_model_len": _int(g[4]), "kv_capacity_tokens": _int(g[5])}
         if kind == KIND_PROFILE_ASSERT:
-            a, b = _num(g[0]), _num(g[1])
-            in_gib = "GiB" in m.group(0)
-            to_bytes = gib_to_bytes if in_gib else int
-            return {"initial_free_bytes": to_bytes(a), "current_free_bytes": to_bytes(b)}
+            a, b = float(g[0]), float(g[1])  # both groups are required by the pattern
+            if "GiB" in m.group(0):
+                return {"initial_free_bytes": gib_to_bytes(a), "current_free_bytes": gib_to_bytes(b)}
+            return {"initial_free_bytes": int(a), "current_free_bytes": int(b)}
         if kind == KIND_PREEMPT:
             return {"mode": g[0], "cumulative": int(g[1])}
         if kind == KIND_CHUNKED:

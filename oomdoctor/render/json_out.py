@@ -30,6 +30,7 @@ def finding_json(f: Finding) -> dict[str, Any]:
         "message": f.message,
         "evidence": [{"path": r.path, "line": r.line, "rank": r.rank, "text": r.text} for r in f.evidence],
         "recommendations": [r.to_json() for r in f.recommendations],
+        "confidence_factors": [x.to_json() for x in f.factors],
     }
     out.update(f.extra)
     return out
@@ -56,6 +57,11 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
                 "confidence": d.verdict_confidence,
                 "rule": d.verdict_rule,
                 "summary": d.summary,
+                "evidence": d.evidence.status,
+                "evidence_reason": d.evidence.reason,
+                "inconclusive": d.inconclusive,
+                "phase": {"name": d.phase.name, "source": d.phase.source},
+                "confidence_factors": [f.to_json() for f in d.confidence_factors],
             },
             "findings": [finding_json(f) for f in d.findings],
             "budget": d.budget,

@@ -134,7 +134,7 @@ def render(view: dict) -> str:
     if omitted:
         body.append(f"> Truncated: {omitted} finding detail block(s) left out to stay under {LIMIT} characters; the full report is in the bundle (`--bundle`).")
         body.append("")
-    out = "\n".join(head + ["### Findings", ""] + body + footer) + "\n"
+    out = "\n".join([*head, "### Findings", "", *body, *footer]) + "\n"
     if len(out) > LIMIT:
         cut = out[: LIMIT - 200]
         out = cut + f"\n\n> Truncated at {LIMIT - 200} characters (GitHub's issue limit is 65,536).\n"

@@ -48,12 +48,37 @@ def _finding(f: dict, primary: bool) -> list[str]:
     return lines
 
 
+def _evidence_line(v: dict) -> str | None:
+    """The first line whenever the evidence is not whole: the reader must know before the verdict."""
+    if v.get("evidence") == "incomplete":
+        head = "INCONCLUSIVE" if v.get("inconclusive") else "NOTE"
+        return f"{head}: evidence incomplete - {v.get('evidence_reason') or 'the input was cut'}"
+    if v.get("evidence") == "fragment":
+        return f"NOTE: evidence is a fragment - {v.get('evidence_reason')}"
+    return None
+
+
+def _factors(v: dict) -> list[str]:
+    factors = v.get("confidence_factors") or []
+    if not factors:
+        return []
+    return ["confidence moved by: " + "; ".join(f"{f['factor']} ({f['delta']:+.2f})" for f in factors)]
+
+
 def render(view: dict) -> str:
     out: list[str] = []
+    head = _evidence_line(view["verdict"])
+    if head:
+        out.append(head)
+    phase = view["verdict"].get("phase") or {}
     if not view["findings"]:
         out.append(f"VERDICT: none - {view['verdict']['summary']}")
     for i, f in enumerate(view["findings"]):
         out.extend(_finding(f, i == 0))
+        if i == 0:
+            if phase.get("name") not in (None, "unknown"):
+                out.append(f"  phase: {phase['name']} (from {phase['source']})")
+            out.extend("  " + line for line in _factors(view["verdict"]))
         out.append("")
     b = view["budget"]
     if any(k in b for k in ("pre_bytes", "kv_budget_bytes", "capacity_bytes")):

@@ -1,0 +1,35 @@
+"""The one library entry point: paths in, a Diagnosis out. The CLI, `oomdoctor run` and the gallery use it.
+
+    from oomdoctor.api import diagnose
+    d = diagnose(["server.log"])
+    d.verdict_class, d.verdict_confidence, d.evidence.status, d.phase.name
+
+Errors are typed (oomdoctor.errors): InputError for unreadable input, RuleError for a bad rule
+file; the CLI maps them to exit codes, nothing here exits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from oomdoctor.diagnosis import Diagnosis
+from oomdoctor.rule_engine import Rule
+
+
+def load_rules(extra_dirs: Iterable[str] = (), advice_ids: Iterable[str] | None = None) -> list[Rule]:
+    """The shipped rules plus those in ``extra_dirs``, validated against the advice registry given."""
+    from oomdoctor.advice import known_advice
+    from oomdoctor.rule_engine import load_rules as _load
+
+    return _load(tuple(extra_dirs), known_advice() if advice_ids is None else advice_ids)
+
+
+def diagnose(paths: Sequence[str], *, rules: list[Rule] | None = None, system: str = "auto") -> Diagnosis:
+    """Diagnose one incident from its inputs (logs, compressed logs, bundle directories, '-' for stdin).
+
+    ``rules``: the rule catalogue (default: the shipped one); ``system``: auto, sglang, vllm or torch.
+    Redaction is applied when the Diagnosis is turned into a view (oomdoctor.view.build_view).
+    """
+    from oomdoctor.diagnosis import diagnose as _diagnose
+
+    return _diagnose(list(paths), rules if rules is not None else load_rules(), system=None if system == "auto" else system)

@@ -1,0 +1,62 @@
+"""Evidence completeness (DESIGN §2.1): is the failure record whole, cut, or a lone quoted message?
+
+``complete``: the failure record is whole. ``incomplete``: the input stops inside the record (a
+traceback without its exception line, "... hit an exception:" with nothing after it) or the paste
+says it was cut. ``fragment``: a quoted message with next to no log around it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oomdoctor.evidence import Event, LineRef
+
+# Lines a record may end before the end of the input and still be "where the input stops": the
+# source line under the last frame, a caret line, a blank line or a closing code fence.
+_TAIL_SLACK_LINES = 4
+# A fragment is a message quoted with at most this many lines in all (a handful of wrapped lines).
+_FRAGMENT_MAX_LINES = 12
+
+
+@dataclass(frozen=True, slots=True)
+class Completeness:
+    status: str  # complete | incomplete | fragment
+    reason: str = ""
+    ref: LineRef | None = None
+
+    @property
+    def incomplete(self) -> bool:
+        return self.status == "incomplete"
+
+    def to_json(self) -> dict[str, str]:
+        return {"status": self.status, "reason": self.reason}
+
+
+def open_record_at_end(records: list[Event], total_lines: int) -> Event | None:
+    """The record the input stops inside of, if any."""
+    for r in reversed(records):
+        if not r.get("complete") and r.get("last_line", 0) >= total_lines - _TAIL_SLACK_LINES:
+            return r
+    return None
+
+
+def assess(events: list[Event], records: list[Event], cuts: list[Event], total_lines: int, oom_decided: bool, engine_events: int) -> Completeness:
+    """Completeness of one run's evidence.
+
+    ``oom_decided``: a whole OOM message or an engine verdict line is evident (the class does not
+    hang on what was cut). ``engine_events``: events other than the failure itself (startup lines,
+    context), to tell a fragment from a log.
+    """
+    cut_record = open_record_at_end(records, total_lines)
+    if cut_record is not None:
+        if cut_record.get("opened_by") == "hit_exception" and not cut_record.get("frames"):
+            reason = f"'{cut_record.ref.text.strip()[:80]}' at line {cut_record.ref.line} with nothing after it"
+        else:
+            reason = f"the input stops inside a traceback (from line {cut_record.ref.line}) before its exception line"
+        return Completeness("incomplete", reason, cut_record.ref)
+    if cuts and not oom_decided:
+        c = cuts[-1]
+        return Completeness("incomplete", f"the paste was cut at line {c.ref.line} ('{c.get('text')}')", c.ref)
+    if total_lines <= _FRAGMENT_MAX_LINES and engine_events == 0:
+        return Completeness("fragment", f"a quoted message of {total_lines} line(s) without the log around it")
+    return Completeness("complete")

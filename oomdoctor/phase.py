@@ -1,0 +1,222 @@
+"""The phase step (DESIGN §2.1): where in the server's life a failure happened, before its class.
+
+The phase comes from the strongest source available, in this order: an engine-authored verdict line
+(the engine says what it was doing), traceback frames, the log lines around the failure (startup
+milestones, loader or capture progress, serving traffic), nothing. The tables are data
+(``data/phases.toml``); this module only applies them.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from oomdoctor.evidence import Event, LineRef
+
+SOURCES = ("engine", "frames", "context", "none")
+# How much each source is worth when the confidence model weighs a class that depends on the phase.
+STRENGTH = {"engine": 1.0, "frames": 0.9, "context": 0.6, "none": 0.0}
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseSpec:
+    name: str
+    stage: str
+    likely_class: str
+    doc: str
+
+
+@dataclass(frozen=True, slots=True)
+class FrameRule:
+    phase: str
+    func: re.Pattern[str] | None
+    path: re.Pattern[str] | None
+    example: str
+
+
+@dataclass(frozen=True, slots=True)
+class ContextRule:
+    phase: str
+    pattern: re.Pattern[str]
+    example: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    phases: dict[str, PhaseSpec]
+    frames: tuple[FrameRule, ...]
+    context: tuple[ContextRule, ...]
+    milestones: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """A phase with where it came from; ``ref`` is the line that decided it (if any)."""
+
+    name: str
+    source: str
+    ref: LineRef | None = None
+    detail: str = ""
+
+    @property
+    def strength(self) -> float:
+        return STRENGTH[self.source]
+
+    @property
+    def stage(self) -> str:
+        return tables().phases[self.name].stage
+
+    @property
+    def likely_class(self) -> str:
+        return tables().phases[self.name].likely_class
+
+
+UNKNOWN = Phase("unknown", "none")
+
+
+def parse_tables(text: str) -> Tables:
+    data = tomllib.loads(text)
+    phases = {
+        name: PhaseSpec(name, entry["stage"], entry.get("likely_class", ""), entry.get("doc", "")) for name, entry in data["phases"].items()
+    }
+
+    def known(name: str, where: str) -> str:
+        if name not in phases:
+            raise ValueError(f"phases.toml: {where}: unknown phase {name!r}")
+        return name
+
+    frames = tuple(
+        FrameRule(
+            known(e["phase"], "frames"),
+            re.compile(e["func"]) if e.get("func") else None,
+            re.compile(e["path"]) if e.get("path") else None,
+            e.get("example", ""),
+        )
+        for e in data.get("frames", [])
+    )
+    context = tuple(ContextRule(known(e["phase"], "context"), re.compile(e["pattern"]), e.get("example", "")) for e in data.get("context", []))
+    milestones = {e["kind"]: known(e["phase"], "milestones") for e in data.get("milestones", [])}
+    return Tables(phases, frames, context, milestones)
+
+
+@cache
+def tables() -> Tables:
+    return parse_tables(resources.files("oomdoctor").joinpath("data/phases.toml").read_text(encoding="utf-8"))
+
+
+def classify_frames(frames: tuple[tuple[str, str], ...] | list[tuple[str, str]] | None) -> str | None:
+    """The phase named by a traceback's frames (file, function), or None."""
+    if not frames:
+        return None
+    for rule in tables().frames:
+        for path, func in frames:
+            if (rule.func is not None and rule.func.search(func)) or (rule.path is not None and rule.path.search(path)):
+                return rule.phase
+    return None
+
+
+def classify_context(text: str) -> str | None:
+    """The phase a log line printed before a failure points to, or None."""
+    for rule in tables().context:
+        if rule.pattern.search(text):
+            return rule.phase
+    return None
+
+
+def milestone_phase(events: list[Event], index: int) -> tuple[str, LineRef | None]:
+    """The phase by the startup milestones before event ``index`` (the v1 stage ladder)."""
+    phase, ref = "unknown", None
+    table = tables().milestones
+    for event in events[:index]:
+        found = table.get(event.kind)
+        if found is not None:
+            phase, ref = found, event.ref
+    return phase, ref
+
+
+def legacy_stage(phase_name: str) -> str:
+    return tables().phases[phase_name].stage
+
+
+# Engine-authored lines that say by themselves what the engine was doing when it failed.
+_ENGINE_PHASES: dict[str, str] = {
+    "not_enough_memory": "kv_pool",
+    "weights_leave_no_kv": "kv_pool",
+    "hybrid_state_not_enough": "kv_pool",
+    "profiled_negative": "kv_pool",
+    "vllm_no_cache_blocks": "kv_pool",
+    "vllm_one_request_does_not_fit": "kv_pool",
+    "req_slots_fail": "serving",
+    "omni_encoder_fail": "encoder",
+}
+
+
+def infer(events: list[Event], failure_index: int, oom: Event | None, records: list[Event]) -> Phase:
+    """The phase of the failure at ``events[failure_index]`` from the strongest source available.
+
+    ``oom`` is the allocator/driver OOM event (its own frames come first); ``records`` are the
+    failure records (tracebacks) of the run, from which the one that belongs to the failure is taken.
+    """
+    failure = events[failure_index] if 0 <= failure_index < len(events) else None
+    # 1. Engine verdict lines.
+    for e in events[: failure_index + 1] if failure is not None else events:
+        if e.kind == "capture_failed" and e.get("is_oom"):
+            return Phase("graph_capture", "engine", e.ref, "the engine reported a CUDA graph capture failure")
+        if e.kind == "kv_alloc_fail":
+            return Phase("prefill" if e.get("which") == "prefill" else "decode", "engine", e.ref, "SGLang's KV allocator failed")
+        name = _ENGINE_PHASES.get(e.kind)
+        if name is not None:
+            return Phase(name, "engine", e.ref, "an engine-authored memory error")
+    # 2. Frames: the OOM's own traceback, else the record that carries the failure.
+    if oom is not None:
+        found = classify_frames(oom.get("frames"))
+        if found is None and oom.get("method"):
+            found = classify_frames((("", oom.get("method")),))
+        if found:
+            return Phase(found, "frames", oom.ref, "traceback frames above the OOM")
+    record = owning_record(records, failure.ref.line if failure is not None else None)
+    if record is not None:
+        found = classify_frames(record.get("frames"))
+        if found:
+            return Phase(found, "frames", record.ref, "traceback frames of the failure record")
+    # 3. Context: the last context line or milestone before the failure.
+    line = failure.ref.line if failure is not None else (record.ref.line if record is not None else None)
+    best: tuple[int, str, LineRef] | None = None
+    upto = failure_index if failure is not None else len(events)
+    milestone, mref = milestone_phase(events, upto)
+    if milestone != "unknown" and mref is not None:
+        best = (mref.line, milestone, mref)
+    for e in events:
+        if e.kind != "context_line" or (line is not None and e.ref.line > line):
+            continue
+        if best is None or e.ref.line >= best[0]:
+            best = (e.ref.line, e.get("phase"), e.ref)
+    if best is not None:
+        return Phase(best[1], "context", best[2], "log lines before the failure")
+    return UNKNOWN
+
+
+def owning_record(records: list[Event], line: int | None) -> Event | None:
+    """The failure record a failure at ``line`` belongs to.
+
+    The record that ends at (or just after) the failure line, else one that starts after it and
+    carries an OOM in its chain (vLLM prints the exception repr first, the traceback after it).
+    Records that ended before the failure belong to earlier failures and are never borrowed.
+    """
+    if not records:
+        return None
+    if line is None:
+        return records[-1]
+    covering = [r for r in records if r.get("first_line", 0) <= line <= r.get("last_line", 0) + 3]
+    if covering:
+        return covering[-1]
+    after = [r for r in records if r.get("first_line", 0) > line and r.get("chain_has_oom")]
+    return after[0] if after else None
+
+
+def describe(phase: Phase) -> dict[str, Any]:
+    return {"name": phase.name, "source": phase.source}
