@@ -19,6 +19,37 @@ SGLANG_BIG_GPU_THRESHOLD_BYTES = 60 * GIB
 # A KV pool too small for one request is useless; without the model's cell size we ask for this much.
 DEFAULT_KV_FLOOR_BYTES = 1 * GIB
 
+# Allocator arithmetic on a PyTorch OOM message (DESIGN §2, classes fragmentation and foreign_process).
+# Reserved-but-unallocated memory is the caching allocator's normal slack (freed blocks it keeps for
+# reuse, rounded to 2 MiB / 20 MiB segments); it is *fragmentation* only when it is material for the
+# card: at least 5% of its capacity, or 2 GiB, whichever is smaller (1 GiB when the capacity is
+# unknown). Below that, expandable segments cannot give back enough to matter.
+FRAGMENTATION_MATERIAL_SHARE = 0.05
+FRAGMENTATION_MATERIAL_CAP_BYTES = 2 * GIB
+FRAGMENTATION_MATERIAL_UNKNOWN_CARD_BYTES = 1 * GIB
+# Memory an inference process holds outside PyTorch's allocator: CUDA context (0.3-1 GiB), NCCL
+# communicators and custom all-reduce buffers (up to ~1.5 GiB), cuBLAS/cuDNN workspaces. Above this,
+# plus a 5% margin of the card, memory no figure of the message accounts for belongs to another tenant.
+NON_PYTORCH_OVERHEAD_MAX_BYTES = 4 * GIB
+UNACCOUNTED_MARGIN_SHARE = 0.05
+# With the message's own "this process has X" figure the overhead is inside X; what is left beyond the
+# driver's own reservation (~0.5 GiB) and 1.5 GiB of slack is another tenant's.
+OTHERS_WITH_SELF_FIGURE_MIN_BYTES = 2 * GIB
+
+
+def fragmentation_material_bytes(capacity_bytes: int | None) -> int:
+    """The reserved-but-unallocated memory that counts as fragmentation on this card."""
+    if not capacity_bytes:
+        return FRAGMENTATION_MATERIAL_UNKNOWN_CARD_BYTES
+    return min(int(capacity_bytes * FRAGMENTATION_MATERIAL_SHARE), FRAGMENTATION_MATERIAL_CAP_BYTES)
+
+
+def unaccounted_bytes(capacity: int, free: int, pytorch_reserved: int, this_process: int | None) -> tuple[int, int]:
+    """(memory no figure of the OOM message accounts for, the threshold above which it is another tenant)."""
+    if this_process:
+        return capacity - free - this_process, OTHERS_WITH_SELF_FIGURE_MIN_BYTES
+    return capacity - free - pytorch_reserved, NON_PYTORCH_OVERHEAD_MAX_BYTES + int(capacity * UNACCOUNTED_MARGIN_SHARE)
+
 
 @dataclass(frozen=True, slots=True)
 class Step:

@@ -362,6 +362,7 @@ def _torch_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
             )
         if f.get("free_bytes") is not None and f.get("reserved_unallocated_bytes") is not None:
             f.set("reclaimable_bytes", f.get("free_bytes") + f.get("reserved_unallocated_bytes"), *refs)
+        _allocator_facts(f, refs)
         frame_stage = oom.get("stage", "unknown")
         timeline = f.get("timeline_stage", "unknown")
         if frame_stage != "unknown":
@@ -376,6 +377,34 @@ def _torch_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
         f.set("oom_line", ref.line, ref)
     if hosts and not (ooms or drivers):
         f.set("oom_stage", f.get("timeline_stage"))
+
+
+def _allocator_facts(f: Facts, refs: tuple[LineRef, ...]) -> None:
+    """Fragmentation and unaccounted memory from the allocator message's own figures."""
+    requested, unalloc, capacity, free = f.get("requested_bytes"), f.get("reserved_unallocated_bytes"), f.get("capacity_bytes"), f.get("free_bytes")
+    plausible = False
+    if requested is not None and unalloc is not None:
+        material = budget.fragmentation_material_bytes(capacity)
+        plausible = unalloc >= requested and unalloc >= material
+        f.set("fragmentation_material_bytes", material)
+    f.set("fragmentation_plausible", plausible, *refs)
+    if requested is not None and capacity:
+        f.set("request_exceeds_card", requested > capacity, *refs)
+    allocated = f.get("allocated_bytes")
+    if capacity and free is not None and (allocated is not None or f.get("this_process_bytes")):
+        reserved = (allocated or 0) + (unalloc or 0)
+        others, threshold = budget.unaccounted_bytes(capacity, free, reserved, f.get("this_process_bytes"))
+        f.set(
+            "unaccounted_bytes",
+            max(others, 0),
+            *refs,
+            derivation=Derived(
+                max(others, 0),
+                (Step("memory no figure of the message accounts for", "capacity - free - (this process, else PyTorch allocated + reserved-unallocated)", others),),
+            ),
+        )
+        f.set("unaccounted_threshold_bytes", threshold)
+        f.set("unaccounted_tenant", others > threshold and (f.get("shortfall_bytes") or 0) <= others, *refs)
 
 
 def _sglang_error_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
@@ -650,7 +679,8 @@ def _vllm_facts(f: Facts, events: list[Event], first_i: int) -> None:
     one_req = next((e for e in events if e.kind == vl.KIND_ONE_REQUEST), None)
     negative_kv = next((e for e in events if e.kind == vl.KIND_KV_AVAILABLE and (e.get("kv_bytes") or 0) <= 0), None)
     cause = no_blocks or one_req
-    if cause is None and negative_kv is not None and any(e.kind == vl.KIND_ENGINE_FAILED for e in events):
+    if cause is None and negative_kv is not None:
+        # A negative "Available KV cache memory" is the engine's own arithmetic: no room for KV.
         cause = negative_kv
     f.set("startup_kv_error", cause is not None, *(cause.refs if cause else ()))
     if cause is not None:

@@ -62,6 +62,8 @@ def is_oom_event(event: Event) -> bool:
         return event.get("rest_bytes", 0) <= 0
     if event.kind == tt.KIND_HOST_OOM:
         return event.get("strength") == "strong"
+    if event.kind == vl.KIND_KV_AVAILABLE:
+        return (event.get("kv_bytes") or 0) < 0
     return False
 
 

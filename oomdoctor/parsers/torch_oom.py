@@ -34,6 +34,11 @@ ANCHORS: tuple[bytes, ...] = (
     b"exitcode",
     b"OOMKilled",
     b"SIGKILL",
+    b"cudaMalloc",
+    b"would exceed allowed memory",
+    b"Not enough memory to handle",
+    b"Cannot allocate memory",
+    b"memory pressure",
 )
 
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
@@ -79,12 +84,21 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     ("hip", lazy("hipErrorOutOfMemory", r"hipErrorOutOfMemory")),
     ("cusolver", lazy(None, r"cusolver_status_alloc_failed", re.I)),
     ("nvrm", lazy("NV_ERR_NO_MEMORY", r"NVRM.*NV_ERR_NO_MEMORY|Out of memory \[NV_ERR_NO_MEMORY\]")),
+    # TensorRT-LLM's buffers: "CUDA runtime error in ::cudaMallocAsync(...): out of memory".
+    ("cuda_malloc", lazy("cudaMalloc", r"cudaMalloc\w*\(.*\):\s*out of memory")),
+    # Candle/TGI's Rust allocator, and TGI/LoRAX warmup verdicts (the prefill did not fit).
+    ("device_limit", lazy("would exceed allowed memory", r"would exceed allowed memory")),
+    ("warmup_prefill", lazy("Not enough memory to handle", r"Not enough memory to handle \d+ prefill tokens")),
 )
 _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     ("cpu_allocator", "strong", lazy("DefaultCPUAllocator", r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (\d+) bytes)?")),
     ("kernel_oom_killer", "strong", lazy("Killed process", r"Out of memory: Killed process (\d+) \(([^)]*)\)")),
     ("cgroup", "strong", lazy(None, r"Memory cgroup out of memory|oom-kill:|OOMKilled")),
-    ("sigkill", "weak", lazy(None, r"(?:^|\s)Killed\s*$|\b\d+ Killed\s|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|exit code:?\s*-9\b|signal 9\b|SIGKILL")),
+    # ENOMEM from the host: mmap of a checkpoint, fork of a loader worker.
+    ("enomem", "strong", lazy("Cannot allocate memory", r"\[Errno 12\] Cannot allocate memory|Cannot allocate memory \(12\)|unable to mmap \d+ bytes.*Cannot allocate memory")),
+    # Ray's memory monitor kills workers before the kernel does.
+    ("ray_memory_monitor", "strong", lazy("memory pressure", r"killed due to memory pressure \(OOM\)|Task was killed due to the node running low on memory")),
+    ("sigkill", "weak", lazy(None, r"(?:^|[\s\]|])Killed\s*$|\b\d+ Killed\s|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|exit code:?\s*-9\b|signal 9\b|SIGKILL")),
 )
 
 _TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")

@@ -62,6 +62,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"Free memory on device",
     b"No available memory for the cache blocks",
     b"max seq len",
+    b"estimated maximum model length",
     b"is preempted by",
     b"failed to start",
     b"initialization failed",
@@ -127,10 +128,13 @@ _PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     (KIND_NO_CACHE_BLOCKS, lazy('No available memory for the cache blocks', r"No available memory for the cache blocks")),
     (
         KIND_ONE_REQUEST,
-        lazy('max seq len',
-            rf"To serve at least one request with the models?'s max seq len \({_N}\), \({_F} GiB KV cache is needed, which is larger than "
+        lazy(None,
+            # 2024-2025 wrote "(16.00 GiB KV cache is needed"; 2026 dropped the parenthesis.
+            rf"To serve at least one request with the models?'s max seq len \({_N}\),\s*\(?{_F} GiB KV cache is needed, which is larger than "
             rf"the available KV cache memory \({_F} GiB\)\.(?: Based on the available memory, the estimated maximum model length is {_N}\.)?"
             rf"|The model's max seq len \({_N}\) is larger than the maximum number of tokens that can be stored in KV cache \({_N}\)"
+            # The same message cut by a paste: only its last sentence is left.
+            rf"|the estimated maximum model length is {_N}\."
         ),
     ),
     (KIND_PREEMPT, lazy('is preempted by', r"is preempted by PreemptionMode\.(\w+) mode because there is not enough KV cache space.*?total_num_cumulative_preemption=(\d+)")),
@@ -315,7 +319,9 @@ class VLLMParser:
                     "available_bytes": _gib(g[2]),
                     "estimated_max_len": _int(g[3]),
                 }
-            return {"max_model_len": _int(g[4]), "kv_capacity_tokens": _int(g[5])}
+            if g[4] is not None:
+                return {"max_model_len": _int(g[4]), "kv_capacity_tokens": _int(g[5])}
+            return {"estimated_max_len": _int(g[6])}
         if kind == KIND_PROFILE_ASSERT:
             a, b = float(g[0]), float(g[1])  # both groups are required by the pattern
             if "GiB" in m.group(0):
