@@ -22,9 +22,10 @@ DEFAULT_KV_FLOOR_BYTES = 1 * GIB
 # Allocator arithmetic on a PyTorch OOM message (DESIGN §2, classes fragmentation and foreign_process).
 # Reserved-but-unallocated memory is the caching allocator's normal slack (freed blocks it keeps for
 # reuse, rounded to 2 MiB / 20 MiB segments); it is *fragmentation* only when it is material for the
-# card: at least 5% of its capacity, or 2 GiB, whichever is smaller (1 GiB when the capacity is
-# unknown). Below that, expandable segments cannot give back enough to matter.
-FRAGMENTATION_MATERIAL_SHARE = 0.05
+# card: at least 2% of its capacity, or 2 GiB, whichever is smaller (1 GiB when the capacity is
+# unknown). Below that, expandable segments give back less than one step of a typical batch or
+# chunk setting, so the fix that matters is the activation budget, not the allocator.
+FRAGMENTATION_MATERIAL_SHARE = 0.02
 FRAGMENTATION_MATERIAL_CAP_BYTES = 2 * GIB
 FRAGMENTATION_MATERIAL_UNKNOWN_CARD_BYTES = 1 * GIB
 # Memory an inference process holds outside PyTorch's allocator: CUDA context (0.3-1 GiB), NCCL

@@ -167,6 +167,7 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
         gpu = find_gpu(gpu_name)
         capacity, label = gpu.capacity_bytes, gpu.name
     else:
+        assert gpu_mem_gib is not None  # exactly one of the two was given (checked above)
         capacity, label = int(gpu_mem_gib * (1 << 30)), f"{gpu_mem_gib:g} GiB GPU"
     model = planner.load_model(model_path)
     result = planner.plan(model, capacity, label, tp, context_len, kv_cache_dtype, system, at)
@@ -283,7 +284,7 @@ def main() -> None:
     try:
         code = cli.main(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
-    except click.exceptions.NoArgsIsHelpError as exc:  # type: ignore[attr-defined]
+    except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.format_message() if hasattr(exc, "format_message") else str(exc), err=True)
         sys.exit(int(ExitCode.USAGE))
     except click.exceptions.Exit as exc:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import re
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any
 
 from oomdoctor import __version__, advice, budget, collected, confidence
 from oomdoctor import phase as phase_step
 from oomdoctor.completeness import Completeness
+from oomdoctor.confidence import Factor
 from oomdoctor.errors import InputError
 from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.facts import Facts, build_facts
@@ -42,7 +44,7 @@ class Finding:
     evidence: tuple[LineRef, ...]
     recommendations: list[advice.Recommendation]
     extra: dict[str, Any] = field(default_factory=dict)
-    factors: list[confidence.Factor] = field(default_factory=list)
+    factors: list[Factor] = field(default_factory=list)
 
     @property
     def rule_id(self) -> str | None:
@@ -227,7 +229,7 @@ def _render_message(template: str, facts: Facts) -> str:
             return "n/a"
         value = facts.values[name]
         if name.endswith("_bytes") and isinstance(value, (int, float)):
-            return budget.describe(value)
+            return budget.describe(int(value))
         if isinstance(value, float):
             return f"{value:g}"
         if isinstance(value, tuple):
@@ -416,7 +418,7 @@ def _autotune_view(facts: Facts) -> budget.Derived | None:
         chunked_prefill_size=facts.get("chunked_prefill_size"),
         cuda_graph_max_bs=facts.get("cuda_graph_max_bs"),
     )
-    return budget.Derived(auto.value, tuple(assumed) + (budget.Step("auto-tune era", "from the log's line formats", era),) + auto.steps)
+    return budget.Derived(auto.value, (*tuple(assumed), budget.Step("auto-tune era", "from the log's line formats", era), *auto.steps))
 
 
 def _split_evidence(paths: list[str]) -> tuple[list[str], list[str]]:
@@ -447,7 +449,8 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
     if not log_paths:
         if not gathered:
             raise InputError(evidence_errors[0] if evidence_errors else "no input")
-        found, errors = [], []
+        found: list[str] = []
+        errors: list[str] = []
     else:
         found, errors = expand_paths(log_paths)
     errors = evidence_errors + errors
@@ -529,7 +532,7 @@ def _no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[Input
     """The verdict when no OOM is evident: none (how sure depends on how the input ends) or a hypothesis."""
     evidence = _completeness(facts)
     found = _phase_of(facts)
-    base = {
+    base: dict[str, Any] = {
         "incidents": [],
         "budget": _budget_view(facts),
         "not_evaluated": [],

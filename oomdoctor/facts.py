@@ -112,6 +112,20 @@ _SGLANG_KINDS = {v for k, v in vars(sg).items() if k.startswith("KIND_")}
 _TORCH_KINDS = {tt.KIND_OOM, tt.KIND_DRIVER_OOM, tt.KIND_HOST_OOM}
 
 
+_FRAME_SYSTEMS = (("vllm", ("/vllm/", "vllm_ascend", "/vllm_omni/")), ("sglang", ("/sglang/", "sglang_omni")))
+
+
+def _system_from_frames(events: list[Event]) -> str | None:
+    counts = {name: 0 for name, _ in _FRAME_SYSTEMS}
+    for e in events:
+        for path, _func in e.get("frames") or ():
+            for name, needles in _FRAME_SYSTEMS:
+                if any(n in path for n in needles):
+                    counts[name] += 1
+    best = max(counts, key=lambda k: counts[k])
+    return best if counts[best] else None
+
+
 def detect_system(events: list[Event]) -> str:
     """The serving system a run's log came from; the workers' torch tracebacks do not make it 'torch'."""
     vllm = sum(1 for e in events if e.kind in _VLLM_KINDS)
@@ -138,8 +152,14 @@ def build_facts(
     """
     events = dedupe_ooms(run.events)
     detected = system or detect_system(events)
+    source = "option" if system else ("events" if detected not in ("torch", "unknown") else "fallback")
     if detected in ("torch", "unknown") and hint and system is None:
-        detected = hint
+        detected, source = hint, "prefix"
+    if detected in ("torch", "unknown") and system is None:
+        # No engine line and no prefix style: the traceback's file paths still name the engine.
+        from_frames = _system_from_frames(events)
+        if from_frames:
+            detected, source = from_frames, "frames"
     oom_idx = [
         i
         for i, e in enumerate(events)
@@ -158,6 +178,7 @@ def build_facts(
     f.first_line = first.ref
     f.time = first.ref.ts
     f.set("system", detected)
+    f.set("system_source", source)
     f.set("oom_evident", bool(oom_idx), first.ref)
     _server_args_facts(f, events)
     _startup_facts(f, events, first_i)

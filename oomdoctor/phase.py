@@ -36,6 +36,7 @@ class FrameRule:
     func: re.Pattern[str] | None
     path: re.Pattern[str] | None
     example: str
+    within: re.Pattern[str] | None = None  # with func: the frame's path must match this too
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,7 @@ def parse_tables(text: str) -> Tables:
             re.compile(e["func"]) if e.get("func") else None,
             re.compile(e["path"]) if e.get("path") else None,
             e.get("example", ""),
+            re.compile(e["within"]) if e.get("within") else None,
         )
         for e in data.get("frames", [])
     )
@@ -114,7 +116,8 @@ def classify_frames(frames: tuple[tuple[str, str], ...] | list[tuple[str, str]] 
         return None
     for rule in tables().frames:
         for path, func in frames:
-            if (rule.func is not None and rule.func.search(func)) or (rule.path is not None and rule.path.search(path)):
+            func_hit = rule.func is not None and rule.func.search(func) and (rule.within is None or rule.within.search(path))
+            if func_hit or (rule.path is not None and rule.path.search(path)):
                 return rule.phase
     return None
 
@@ -177,12 +180,12 @@ def infer(events: list[Event], failure_index: int, oom: Event | None, records: l
         if found is None and oom.get("method"):
             found = classify_frames((("", oom.get("method")),))
         if found:
-            return Phase(found, "frames", oom.ref, "traceback frames above the OOM")
+            return _refine(Phase(found, "frames", oom.ref, "traceback frames above the OOM"), events, failure_index)
     record = owning_record(records, failure.ref.line if failure is not None else None)
     if record is not None:
         found = classify_frames(record.get("frames"))
         if found:
-            return Phase(found, "frames", record.ref, "traceback frames of the failure record")
+            return _refine(Phase(found, "frames", record.ref, "traceback frames of the failure record"), events, failure_index)
     # 3. Context: the last context line or milestone before the failure.
     line = failure.ref.line if failure is not None else (record.ref.line if record is not None else None)
     best: tuple[int, str, LineRef] | None = None
@@ -198,6 +201,16 @@ def infer(events: list[Event], failure_index: int, oom: Event | None, records: l
     if best is not None:
         return Phase(best[1], "context", best[2], "log lines before the failure")
     return UNKNOWN
+
+
+def _refine(found: Phase, events: list[Event], failure_index: int) -> Phase:
+    """A profiling pass that the engine said runs the multimodal encoder is an encoder failure."""
+    if found.name != "profiling":
+        return found
+    before = events[: failure_index + 1] if failure_index >= 0 else events
+    if any(e.kind == "vllm_mm_profile" or (e.kind == "context_line" and e.get("phase") == "encoder") for e in before):
+        return Phase("encoder", found.source, found.ref, "a profiling pass over the multimodal encoder")
+    return found
 
 
 def owning_record(records: list[Event], line: int | None) -> Event | None:

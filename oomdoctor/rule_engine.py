@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from oomdoctor import catalogue
 from oomdoctor.errors import RuleError
@@ -115,9 +116,8 @@ def _check_condition(node: Any, path: str, where: str) -> None:
         raise _fail(path, where, f"a comparison needs exactly one operator of {', '.join(OPERATORS)}; found {ops or 'none'}")
     op = ops[0]
     rhs = node[op]
-    if isinstance(rhs, dict):
-        if set(rhs) != {"fact"} or not isinstance(rhs["fact"], str):
-            raise _fail(path, where, "a right-hand side table may only name another fact: { fact = \"NAME\" }")
+    if isinstance(rhs, dict) and (set(rhs) != {"fact"} or not isinstance(rhs["fact"], str)):
+        raise _fail(path, where, "a right-hand side table may only name another fact: { fact = \"NAME\" }")
     if op == "in" and not isinstance(rhs, list):
         raise _fail(path, where, "'in' takes a list, e.g. in = [\"forward\", \"unknown\"]")
     if op == "present" and not isinstance(rhs, bool):
@@ -147,7 +147,7 @@ def parse_rule(data: dict[str, Any], path: str, known_advice: Iterable[str] | No
             raise _fail(path, f"field '{key}'", "missing; every rule needs " + ", ".join(_REQUIRED))
     unknown = set(data) - set(_REQUIRED) - {"negative_example"}
     if unknown:
-        raise _fail(path, f"field '{sorted(unknown)[0]}'", "unknown field; allowed: " + ", ".join(_REQUIRED + ("negative_example",)))
+        raise _fail(path, f"field '{sorted(unknown)[0]}'", "unknown field; allowed: " + ", ".join((*_REQUIRED, "negative_example")))
     if data["id"] != stem:
         raise _fail(path, "field 'id'", f"must equal the file name without .toml: id = \"{stem}\"")
     if not isinstance(data["title"], str) or not data["title"].strip():
@@ -175,7 +175,7 @@ def parse_rule(data: dict[str, Any], path: str, known_advice: Iterable[str] | No
             if a not in known:
                 raise _fail(path, "field 'advice'", f"unknown advice id {a!r}; known: {', '.join(sorted(known))}")
     docs = data["docs"]
-    if not isinstance(docs, dict) or any(not isinstance(docs.get(k), str) or not docs.get(k).strip() for k in _DOC_KEYS):
+    if not isinstance(docs, dict) or any(not isinstance(docs.get(k), str) or not str(docs.get(k)).strip() for k in _DOC_KEYS):
         raise _fail(path, "table 'docs'", "write [docs] with what, why, example and fix, each a non-empty string")
     refs = data["references"]
     if not isinstance(refs, list) or any(not isinstance(r, str) for r in refs):

@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from oomdoctor import budget
+from oomdoctor.contract import to_dict
 from oomdoctor.diagnosis import Diagnosis
 from oomdoctor.facts import Facts
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
 from oomdoctor.redact import redact_obj
-from oomdoctor.render.json_out import to_dict
 from oomdoctor.units import floor_to
 
 # Segment kinds of a GPU bar, in drawing order, with their legend labels.
@@ -98,7 +98,8 @@ def _flag_block(d: Diagnosis) -> str:
 
 
 def _segments(**values: int | None) -> list[dict[str, Any]]:
-    return [{"kind": k, "label": label, "bytes": int(values[k])} for k, label in SEGMENTS if values.get(k) and values[k] > 0]
+    kept = {k: v for k, v in values.items() if v is not None and v > 0}
+    return [{"kind": k, "label": label, "bytes": int(kept[k])} for k, label in SEGMENTS if k in kept]
 
 
 def _per_rank(f: Facts, kind: str, key: str) -> dict[str, int]:
@@ -118,7 +119,8 @@ def _sglang_bars(f: Facts, mfs: float | None = None) -> list[dict[str, Any]]:
     capacity = f.get("capacity_bytes")
     oom_rank = f.get("oom_rank")
     bars = []
-    for rank in sorted(pres) or [None]:
+    ranks: list[str | None] = list(sorted(pres)) or [None]
+    for rank in ranks:
         pre = pres.get(rank, f.get("pre_bytes")) if rank else f.get("pre_bytes")
         post = posts.get(rank, f.get("post_bytes")) if rank else f.get("post_bytes")
         if pre is None or post is None or y is None:
@@ -127,8 +129,8 @@ def _sglang_bars(f: Facts, mfs: float | None = None) -> list[dict[str, Any]]:
         weights = pre - post
         dynamic = budget.sglang_dynamic_region_bytes(pre, y)
         kv_budget = post - dynamic
-        kv = kvs.get(rank, max(kv_budget, 0)) if mfs is None else max(kv_budget, 0)
-        graph = graphs.get(rank, 0) if mfs is None else f.get("cuda_graph_bytes", 0)
+        kv = kvs.get(rank or "", max(kv_budget, 0)) if mfs is None else max(kv_budget, 0)
+        graph = graphs.get(rank or "", 0) if mfs is None else f.get("cuda_graph_bytes", 0)
         other = f.get("foreign_process_bytes", 0) if (rank == oom_rank or len(pres) <= 1) else 0
         context = max(total - pre - other, 0)
         used = context + weights + kv + dynamic + other
@@ -204,7 +206,7 @@ def _torch_bars(f: Facts) -> list[dict[str, Any]]:
                 {"kind": "other", "label": "other processes", "bytes": other},
                 {"kind": "free", "label": "free", "bytes": free},
             )
-            if s["bytes"] > 0
+            if int(s["bytes"] or 0) > 0
         ],
         "kv_budget_bytes": None,
         "mfs": None,
@@ -370,7 +372,7 @@ def _steps_between(current: float, rec: float | None) -> list[float]:
             values.add(round(v, 3))
         v = round(v + step, 6)
     v = lo - step
-    if 0 < v:
+    if v > 0:
         values.add(round(floor_to(v, step), 3))
     return sorted(values)
 

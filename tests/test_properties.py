@@ -18,7 +18,7 @@ from oomdoctor.parsers.sglang import SGLangParser
 from oomdoctor.parsers.torch_oom import TorchParser, parse_oom_message
 from oomdoctor.parsers.vllm import VLLMParser
 from oomdoctor.prefixes import split_prefix, strip_ansi
-from oomdoctor.rule_engine import evaluate, parse_rule
+from oomdoctor.rule_engine import evaluate, load_rules, parse_rule
 from oomdoctor.units import GIB, KIB, MIB, TIB, format_bytes, parse_size_bytes
 
 ANCHOR_TEXT = [a.decode() for a in ANCHORS]
@@ -202,4 +202,45 @@ def test_diagnose_on_arbitrary_bytes_gives_a_diagnosis_or_an_input_error(tmp_pat
         d = diagnose([str(path)], [])
     except InputError:
         return
-    assert d.verdict_class in ("none", "unknown_oom")  # no rules given: never a confident class
+    # No rules given: never a confident class. A cut traceback may carry its phase's class, but only
+    # as an inconclusive hypothesis at <= 0.45.
+    if d.inconclusive:
+        assert d.verdict_confidence <= 0.45
+    else:
+        assert d.verdict_class in ("none", "unknown_oom")
+
+
+def _positive_fixtures_with_tracebacks() -> list[Path]:
+    root = Path(__file__).resolve().parent / "fixtures"
+    out = []
+    for p in sorted(root.glob("*/pos_*.log")):
+        if p.parent.name == "field":
+            continue
+        lines = p.read_text(errors="replace").splitlines()
+        if any("Traceback (most recent call last)" in ln for ln in lines) and any(ln.lstrip().startswith('File "') for ln in lines):
+            out.append(p)
+    return out
+
+
+_CUT_CASES = _positive_fixtures_with_tracebacks()
+
+
+@given(st.sampled_from(_CUT_CASES), st.integers(min_value=0, max_value=10_000))
+def test_cutting_inside_a_traceback_is_incomplete_and_never_confident_none(tmp_path_factory, fixture: Path, pick: int) -> None:
+    """A paste that stops anywhere inside a traceback (after a frame, before its exception line) is
+    incomplete, and its verdict is never `none` above 0.35 (DESIGN §2.1)."""
+    lines = fixture.read_text(errors="replace").splitlines(keepends=True)
+    start = next(i for i, ln in enumerate(lines) if "Traceback (most recent call last)" in ln)
+    frames = [i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith('File "') or lines[i].split("]: ", 1)[-1].lstrip().startswith('File "')]
+    # Cut right after a frame line or its source line, before any line that ends the traceback.
+    end_of_tb = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith((" ", "\t")) and "File " not in lines[i] and "Traceback" not in lines[i]), len(lines))
+    frames = [i for i in frames if i < end_of_tb]
+    if not frames:
+        return
+    cut = frames[pick % len(frames)] + 1
+    path = Path(tmp_path_factory.mktemp("cut")) / fixture.name
+    path.write_text("".join(lines[:cut]))
+    d = diagnose([str(path)], load_rules(known_advice=known_advice()))
+    assert d.evidence.status == "incomplete", (fixture.name, cut, d.evidence)
+    if d.verdict_class == "none":
+        assert d.verdict_confidence <= 0.35

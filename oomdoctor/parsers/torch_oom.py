@@ -44,18 +44,18 @@ ANCHORS: tuple[bytes, ...] = (
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
 
 # --- the allocator message -------------------------------------------------------------------
-_OOM_START_RE = lazy(None, 
+_OOM_START_RE = lazy(None,
     r"(?P<backend>CUDA|HIP|NPU|XPU|MLU)\s*out\s*of\s*memory\b|(?<![A-Za-z])Out\s*of\s*memory\.\s*Tried\s*to\s*allocate"
 )
-_OOM_COMPLETE_RE = lazy(None, 
+_OOM_COMPLETE_RE = lazy(None,
     r"reserved\s*by\s*PyTorch\s*but\s*unallocated|reserved\s*in\s*total\s*by\s*PyTorch\s*\)|\bcached\s*\)"
     r"|See\s*documentation|PYTORCH_(?:CUDA_)?ALLOC_CONF"
 )
 _REQUESTED_RE = lazy("allocate", rf"Tried\s*to\s*allocate\s*({_SIZE})")
-_ERA2_RE = lazy("free", 
+_ERA2_RE = lazy("free",
     rf"(?:GPU|NPU|XPU|device)\s*(\d+)\s*has\s*a\s*total\s*capac(?:i)?ty\s*of\s*({_SIZE})\s*of\s*which\s*({_SIZE})\s*is\s*free"
 )
-_ERA0_RE = lazy("free", 
+_ERA0_RE = lazy("free",
     rf"\(\s*(?:GPU|NPU|XPU)\s*(\d+)\s*;\s*({_SIZE})\s*total\s*capac(?:i)?ty\s*;\s*(?:({_SIZE})\s*already\s*allocated\s*;\s*)?"
     rf"({_SIZE})\s*free\s*;\s*(?:({_SIZE})\s*allowed\s*;\s*)?({_SIZE})\s*(?:reserved\s*in\s*total\s*by\s*PyTorch|cached)"
 )
@@ -191,12 +191,12 @@ def parse_oom_message(text: str) -> dict:
     if processes:
         values["processes"] = tuple(processes)
     if "allowed_bytes" not in values:
-        allowed = _ALLOWED_RE.search(text)
-        if allowed:
-            values["allowed_bytes"] = size(allowed.group(1))
-    allocated = _ALLOCATED_RE.search(text)
-    if allocated:
-        values["allocated_bytes"] = size(allocated.group(1))
+        allowed_m = _ALLOWED_RE.search(text)
+        if allowed_m:
+            values["allowed_bytes"] = size(allowed_m.group(1))
+    allocated_m = _ALLOCATED_RE.search(text)
+    if allocated_m:
+        values["allocated_bytes"] = size(allocated_m.group(1))
     private = _PRIVATE_RE.search(text)
     if private:
         values["private_pool_bytes"] = size(private.group(1))
@@ -239,7 +239,7 @@ class TorchParser:
         if method:
             # vLLM's multiprocess workers print "... while processing method load_model: <OOM>" and the
             # traceback only after the message.
-            frames = frames + (("", method.group(1)),)
+            frames = (*frames, ("", method.group(1)))
         stage, phase = classify_frames(frames)
         values["stage"] = stage
         if phase:
@@ -293,15 +293,15 @@ class TorchParser:
             if pattern.search(msg):
                 frames = tuple(self._frames_of(line.ref.rank))
                 stage, phase = classify_frames(frames)
-                values = {"source": source, "stage": stage, "frames": frames[-40:]}
+                driver: dict[str, object] = {"source": source, "stage": stage, "frames": frames[-40:]}
                 if phase:
-                    values["phase"] = phase
-                out.append(Event(KIND_DRIVER_OOM, (line.ref,), values))
+                    driver["phase"] = phase
+                out.append(Event(KIND_DRIVER_OOM, (line.ref,), driver))
                 return out
         for source, strength, pattern in _HOST_PATTERNS:
             hm = pattern.search(msg)
             if hm:
-                values = {"source": source, "strength": strength}
+                values: dict[str, object] = {"source": source, "strength": strength}
                 if source == "kernel_oom_killer":
                     values["pid"] = int(hm.group(1))
                     values["process_name"] = hm.group(2)

@@ -134,7 +134,7 @@ _PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
             rf"the available KV cache memory \({_F} GiB\)\.(?: Based on the available memory, the estimated maximum model length is {_N}\.)?"
             rf"|The model's max seq len \({_N}\) is larger than the maximum number of tokens that can be stored in KV cache \({_N}\)"
             # The same message cut by a paste: only its last sentence is left.
-            rf"|the estimated maximum model length is {_N}\."
+            rf"|(?:the )?estimated maximum model length is {_N}\."
         ),
     ),
     (KIND_PREEMPT, lazy('is preempted by', r"is preempted by PreemptionMode\.(\w+) mode because there is not enough KV cache space.*?total_num_cumulative_preemption=(\d+)")),

@@ -7,7 +7,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from oomdoctor.render import svg
-from oomdoctor.render.text import _value, recommendation_head
+from oomdoctor.render.text import recommendation_head, step_value
 from oomdoctor.units import GIB
 
 
@@ -34,6 +34,6 @@ def render(view: dict, docs: dict[str, dict[str, str]] | None = None, redacted: 
         docs=docs or {},
         gib=GIB,
         rec_head=recommendation_head,
-        show=_value,
+        show=step_value,
         redacted=redacted,
     )

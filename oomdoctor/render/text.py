@@ -7,7 +7,7 @@ from typing import Any
 from oomdoctor.units import format_bytes
 
 
-def _value(value: Any, step: str) -> str:
+def step_value(value: Any, step: str) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1 << 20 and "token" not in step:
         return format_bytes(value)
     if isinstance(value, float):
@@ -35,7 +35,7 @@ def _finding(f: dict, primary: bool) -> list[str]:
             lines.append(f"  {recommendation_head(r)}")
             lines.append(f"    why: {r['why']}")
             for s in r["derivation"]:
-                lines.append(f"    - {s['step']}: {s['formula']} -> {_value(s['value'], s['step'])}")
+                lines.append(f"    - {s['step']}: {s['formula']} -> {step_value(s['value'], s['step'])}")
     for p in f.get("processes", []):
         who = "the server itself" if p["is_self"] else "another process"
         lines.append(f"  process {p['pid'] if p['pid'] is not None else '(this process)'}: {format_bytes(p['used_bytes'])} ({who})")

@@ -1,0 +1,97 @@
+"""The JSON contract (DESIGN §5, schema_version 1): what a Diagnosis becomes for every renderer.
+
+The view model (oomdoctor.view) builds on it; renderers read only the resulting dict. Keys are
+sorted and the same inputs give byte-identical JSON. A finding's ``extra`` may carry only the keys in
+EXTRA_KEYS, so nothing unchecked reaches the contract.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oomdoctor.diagnosis import Diagnosis, Finding
+
+SCHEMA_VERSION = 1
+# What a finding may add beyond the fixed keys: the processes of a foreign_process finding, and the
+# missing / would_decide lists of unknown_oom and hypothesis findings.
+EXTRA_KEYS = frozenset({"processes", "missing", "would_decide", "hypothesis"})
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return str(value)
+
+
+def finding_json(f: Finding) -> dict[str, Any]:
+    out = {
+        "rule": f.rule_id,
+        "class": f.klass,
+        "confidence": f.confidence,
+        "message": f.message,
+        "evidence": [{"path": r.path, "line": r.line, "rank": r.rank, "text": r.text} for r in f.evidence],
+        "recommendations": [r.to_json() for r in f.recommendations],
+        "confidence_factors": [x.to_json() for x in f.factors],
+    }
+    unknown = set(f.extra) - EXTRA_KEYS
+    if unknown:
+        raise ValueError(f"finding {f.rule_id}: extra keys outside the contract: {sorted(unknown)}")
+    out.update(f.extra)
+    return out
+
+
+def to_dict(d: Diagnosis) -> dict[str, Any]:
+    incidents = [
+        {
+            "run": i.run,
+            "first_line": i.facts.first_line.line if i.facts.first_line else None,
+            "path": i.facts.first_line.path if i.facts.first_line else None,
+            "time": i.facts.time,
+            "class": i.primary.klass,
+            "rule": i.primary.rule_id,
+        }
+        for i in d.incidents
+    ]
+    return _jsonable(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "oomdoctor", "version": d.tool_version},
+            "verdict": {
+                "class": d.verdict_class,
+                "confidence": d.verdict_confidence,
+                "rule": d.verdict_rule,
+                "summary": d.summary,
+                "evidence": d.evidence.status,
+                "evidence_reason": d.evidence.reason,
+                "inconclusive": d.inconclusive,
+                "phase": {"name": d.phase.name, "source": d.phase.source},
+                "confidence_factors": [f.to_json() for f in d.confidence_factors],
+            },
+            "findings": [finding_json(f) for f in d.findings],
+            "budget": d.budget,
+            "incidents": incidents,
+            "not_evaluated": d.not_evaluated,
+            "implausible_values": list(d.facts.get("implausible_values", ())) if d.facts else [],
+            "inputs": [
+                {
+                    "path": s.path,
+                    "kind": s.kind,
+                    "lines": s.lines,
+                    "unparsed_lines": s.unparsed_lines,
+                    "compression": s.compression,
+                    "truncated": s.truncated,
+                    "long_lines": s.long_lines,
+                    "warnings": s.warnings,
+                }
+                for s in d.inputs
+            ],
+        }
+    )
+
+
