@@ -23,6 +23,8 @@ class Completeness:
     status: str  # complete | incomplete | fragment
     reason: str = ""
     ref: LineRef | None = None
+    # A failure record was opened and not finished: a crash is evident, its cause is not.
+    record_open: bool = False
 
     @property
     def incomplete(self) -> bool:
@@ -53,7 +55,7 @@ def assess(events: list[Event], records: list[Event], cuts: list[Event], total_l
             reason = f"'{cut_record.ref.text.strip()[:80]}' at line {cut_record.ref.line} with nothing after it"
         else:
             reason = f"the input stops inside a traceback (from line {cut_record.ref.line}) before its exception line"
-        return Completeness("incomplete", reason, cut_record.ref)
+        return Completeness("incomplete", reason, cut_record.ref, record_open=True)
     if cuts and not oom_decided:
         c = cuts[-1]
         return Completeness("incomplete", f"the paste was cut at line {c.ref.line} ('{c.get('text')}')", c.ref)

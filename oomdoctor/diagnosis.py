@@ -21,13 +21,13 @@ from oomdoctor.errors import InputError
 from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.facts import Facts, build_facts
 from oomdoctor.gpus import smallest_card_holding
-from oomdoctor.inputs import InputStats, expand_paths, iter_line_chunks
+from oomdoctor.inputs import InputStats, expand_paths, iter_line_chunks, unread_input
 from oomdoctor.parsers import records as rc
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
 from oomdoctor.rule_engine import Rule, evaluate
-from oomdoctor.runs import RUN_START_KINDS, is_oom_event, split_runs
+from oomdoctor.runs import RUN_MARKER_KINDS, RunSegmenter, is_oom_event, split_runs
 from oomdoctor.scan import scan_lines
 
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS))
@@ -117,8 +117,9 @@ class _EventStore:
     """Events in log order, with repeating kinds bounded to their first and last occurrences.
 
     A crash loop restarts the server thousands of times; only the last _FULL_RUNS runs keep all
-    their events, older ones keep their start line and their OOM events (enough to list them as
-    incidents), so memory stays bounded however long the log.
+    their events, older ones keep their start line (and the other lines runs.RunSegmenter reads)
+    and their OOM events (enough to list them as incidents), so memory stays bounded however long
+    the log. Run starts are RunSegmenter's, the same that split_runs cuts at.
     """
 
     def __init__(self) -> None:
@@ -126,21 +127,27 @@ class _EventStore:
         self.tail: dict[str, deque[Event]] = {}
         self.counts: dict[str, int] = {}
         self.run_starts: list[int] = []  # indexes into kept
+        self.segmenter = RunSegmenter()  # the same run starts split_runs finds
+
+    @staticmethod
+    def _slim(event: Event) -> Event:
+        """A run-marker event without its long config text (its kind and short values stay)."""
+        return Event(event.kind, (replace(event.ref, text=event.ref.text[:160]),), {k: v for k, v in event.values.items() if not isinstance(v, str) or len(v) < 200})
 
     def _compact_oldest_full_run(self) -> None:
         i = len(self.run_starts) - _FULL_RUNS - 2  # the newest run (being read) and _FULL_RUNS before it stay whole
         start, end = self.run_starts[i], self.run_starts[i + 1]
-        slim = [e for j, e in enumerate(self.kept[start:end]) if j == 0 or is_oom_event(e)]
-        head = slim[0]
-        # The start line of an old run is kept for segmentation only: its long config text is not.
-        slim[0] = Event(head.kind, (replace(head.ref, text=head.ref.text[:160]),), {k: v for k, v in head.values.items() if not isinstance(v, str) or len(v) < 200})
-        removed = (end - start) - len(slim)
+        # The run's start line and the other lines the segmenter reads are kept for segmentation only
+        # (their long config text is not), so split_runs cuts the slimmed events where it cut the whole ones.
+        segment = self.kept[start:end]
+        slim = [self._slim(e) if j == 0 or e.kind in RUN_MARKER_KINDS else e for j, e in enumerate(segment) if j == 0 or e.kind in RUN_MARKER_KINDS or is_oom_event(e)]
+        removed = len(segment) - len(slim)
         self.kept[start:end] = slim
         self.run_starts[i + 1 :] = [s - removed for s in self.run_starts[i + 1 :]]
 
     def add(self, event: Event) -> None:
         kind = event.kind
-        if kind in RUN_START_KINDS:
+        if self.segmenter.feed(kind):
             self.run_starts.append(len(self.kept))
             if len(self.run_starts) > _FULL_RUNS + 1:
                 self._compact_oldest_full_run()
@@ -440,20 +447,21 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
     """Read every input, find the incidents, and return the diagnosis; InputError if nothing was readable."""
     log_paths, evidence_paths = _split_evidence(paths)
     gathered: list[dict[str, Any]] = []
-    evidence_errors: list[str] = []
+    # Inputs nothing was read from: each is listed under its own path with its reason (kind missing
+    # or unreadable, lines 0), after the inputs that were read.
+    unread: list[InputStats] = []
     for path in evidence_paths:
         try:
             gathered.append(collected.load(path))
         except InputError as exc:
-            evidence_errors.append(str(exc))
+            unread.append(unread_input(path, str(exc)))
     if not log_paths:
         if not gathered:
-            raise InputError(evidence_errors[0] if evidence_errors else "no input")
+            raise InputError(unread[0].problem if unread else "no input")
         found: list[str] = []
-        errors: list[str] = []
     else:
-        found, errors = expand_paths(log_paths)
-    errors = evidence_errors + errors
+        found, missing = expand_paths(log_paths)
+        unread.extend(missing)
     stats_list: list[InputStats] = []
     per_input: list[list[Event]] = []
     for path in found:
@@ -461,15 +469,14 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
         try:
             per_input.append(read_events(path, stats))
         except InputError as exc:
-            errors.append(str(exc))
+            unread.append(unread_input(stats.path, str(exc)))
             continue
         stats_list.append(stats)
     for item in gathered:
         stats_list.append(InputStats(path=item["path"], kind=item["kind"]))
     if not stats_list:
-        raise InputError(errors[0] if errors else "no input")
-    for message in errors:
-        stats_list[0].warn(message)
+        raise InputError(unread[0].problem if unread else "no input")
+    stats_list.extend(unread)
     runs = split_runs(per_input)
     hints: dict[str, int] = {}
     for s in stats_list:
@@ -542,7 +549,8 @@ def _no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[Input
         "phase": found,
     }
     if evidence.incomplete:
-        likely = found.likely_class if found.name != "unknown" else ""
+        # Only a record that was opened (a crash began) supports a hypothesis; a bare cut mark does not.
+        likely = found.likely_class if found.name != "unknown" and facts is not None and facts.get("failure_record_open") else ""
         if likely:
             # A cut record in a memory-heavy phase: that phase's usual class, as a hypothesis only.
             value = confidence.HYPOTHESIS_CAP if found.source in ("frames", "engine") else confidence.HYPOTHESIS_CAP - 0.10

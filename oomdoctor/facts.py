@@ -215,12 +215,20 @@ def _phase_facts(f: Facts, events: list[Event], oom_idx: list[int], first_i: int
     # Serving traffic or a forward frame before the failure means the server was up.
     if found.name in _SERVING_PHASES and not f.get("server_ready"):
         f.set("server_ready", True, found.ref)
-    # Fill the v1 stage where its own sources said nothing (no milestones, frames after the message).
-    if f.get("oom_stage") in (None, "unknown") and found.name != "unknown" and (f.get("torch_oom") or f.get("driver_oom")):
-        f.set("oom_stage", found.stage, found.ref)
-        f.set("oom_stage_source", "traceback" if found.source == "frames" else "timeline")
+    # The phase step decides the v1 stage where its own sources said nothing (no milestones, frames
+    # after the message), and wherever it read frames or an engine line (a profiling pass over the
+    # multimodal encoder is an encoder failure, whatever the v1 frame markers said).
+    stage_of_phase = "forward" if found.stage == "profile" else found.stage
+    decisive = found.source in ("engine", "frames") and stage_of_phase != f.get("oom_stage") and found.stage not in ("startup", "unknown")
+    if (f.get("oom_stage") in (None, "unknown") or decisive) and found.name != "unknown" and (f.get("torch_oom") or f.get("driver_oom")):
+        # A profiling pass is a forward pass sized by the engine's batch limits (v1: stage forward, phase profile).
+        stage = "forward" if found.stage == "profile" else found.stage
+        f.set("oom_stage", stage, found.ref)
+        f.set("oom_stage_source", "traceback" if found.source in ("frames", "engine") else "timeline")
         if found.name in ("prefill", "decode"):
             f.set("oom_phase", found.name)
+        elif found.stage == "profile":
+            f.set("oom_phase", "profile")
         if found.stage == "weight_loading":
             f.set("weight_load_oom", True, found.ref)
         if found.stage == "cuda_graph":
@@ -235,6 +243,7 @@ def _phase_facts(f: Facts, events: list[Event], oom_idx: list[int], first_i: int
     f.set("evidence_status", done.status, done.ref)
     if done.reason:
         f.set("evidence_reason", done.reason)
+    f.set("failure_record_open", done.record_open)
     terminal = next((r for r in reversed(records) if r.get("complete") and not r.get("chain_has_oom")), None)
     if terminal is not None and not oom_idx:
         f.set("terminal_exception", terminal.get("exception"), terminal.ref)

@@ -227,8 +227,13 @@ def owning_record(records: list[Event], line: int | None) -> Event | None:
     covering = [r for r in records if r.get("first_line", 0) <= line <= r.get("last_line", 0) + 3]
     if covering:
         return covering[-1]
-    after = [r for r in records if r.get("first_line", 0) > line and r.get("chain_has_oom")]
+    # vLLM prints the exception's repr, then its traceback on the next line: a record that opens within
+    # a few lines after the failure is its own, even when the paste stops before the record's end.
+    after = [r for r in records if line < r.get("first_line", 0) and (r.get("chain_has_oom") or r.get("first_line", 0) <= line + _FOLLOWS_WITHIN_LINES)]
     return after[0] if after else None
+
+
+_FOLLOWS_WITHIN_LINES = 3
 
 
 def describe(phase: Phase) -> dict[str, Any]:

@@ -43,6 +43,8 @@ BEFORE_ANCHORS: tuple[bytes, ...] = (b"Traceback", b"hit an exception", b"out of
 
 _FRAME_RE = lazy("File ", r'^\s*File "([^"]+)", line \d+, in ([\w<>.]+)')
 _TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
+# Frames anywhere in a line: pastes that joined a whole traceback onto one line with spaces.
+_FRAME_ANY_RE = lazy("File ", r'File "([^"]+)", line \d+, in ([\w<>.]+)')
 _HIT_RE = lazy("hit an exception", r"(?P<who>[\w.]+) hit an exception:?\s*(?P<rest>.*)$")
 _CHAIN_RE = lazy(None, r"During handling of the above exception|The above exception was the direct cause")
 # The line that ends a traceback: an exception class (dotted path allowed) at the start of the message.
@@ -112,6 +114,15 @@ class RecordParser:
             name, text, ref = rec.pop("ended")
             out.extend(self._emit(rank, True, name, text, ref))
             rec = None
+        if "File " in msg and msg.count('File "') > 1:
+            joined = _FRAME_ANY_RE.findall(msg)
+            if joined:
+                if rec is None:
+                    self._open_record(line, "frames")
+                    rec = self._open[rank]
+                rec["frames"].extend(joined)
+                rec["refs"][1:] = [line.ref]
+                return out
         if "File " in msg:
             fm = _FRAME_RE.match(msg)
             if fm:
