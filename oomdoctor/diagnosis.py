@@ -187,9 +187,6 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
                 pending.pop(r.line, None)
 
     for line in scan_lines(iter_line_chunks(path, stats), display, ANCHORS, counter, rc.BEFORE_ANCHORS):
-        context_phase = phase_step.classify_context(line.msg) if not line.msg.startswith(" ") else None
-        if context_phase is not None:
-            store.add(Event(rc.KIND_CONTEXT, (line.ref,), {"phase": context_phase}))
         if line.system:
             stats.system_hints[line.system] = stats.system_hints.get(line.system, 0) + 1
         # Traceback frames and their indented source lines are context, not unparsed evidence.
@@ -205,6 +202,11 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
                 unparsed += 1
         for parser in parsers:
             cite(parser.feed(line))
+        # A line that says which phase the server was in (progress bars, serving traffic) is context
+        # evidence, cited like any other event.
+        context_phase = phase_step.classify_context(line.msg) if not line.msg.startswith(" ") else None
+        if context_phase is not None:
+            cite([Event(rc.KIND_CONTEXT, (line.ref,), {"phase": context_phase})])
     for parser in parsers:
         cite(parser.finish())
     stats.lines = counter[0]

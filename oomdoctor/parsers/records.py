@@ -35,6 +35,10 @@ ANCHORS: tuple[bytes, ...] = (
     b"Application shutdown complete",
     b"Shutting down",
     b"Exiting",
+    # Progress bars that say which phase the server was in when a pasted traceback starts mid-way.
+    b"Capturing",
+    b"checkpoint shards",
+    b"loading shards",
 )
 
 # Failure lines whose preceding lines are read as context too (the scanner reads BEFORE_LINES of them):
@@ -45,6 +49,9 @@ _FRAME_RE = lazy("File ", r'^\s*File "([^"]+)", line \d+, in ([\w<>.]+)')
 _TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
 # Frames anywhere in a line: pastes that joined a whole traceback onto one line with spaces.
 _FRAME_ANY_RE = lazy("File ", r'File "([^"]+)", line \d+, in ([\w<>.]+)')
+# The statement under a frame names the call in progress; when a paste is cut after it, that callee
+# is the deepest frame we will ever see ("cuda_graph_memory_bytes = self.model_runner.capture_model()").
+_CALLEE_RE = lazy("(", r"([A-Za-z_]\w*)\s*\(")
 _HIT_RE = lazy("hit an exception", r"(?P<who>[\w.]+) hit an exception:?\s*(?P<rest>.*)$")
 _CHAIN_RE = lazy(None, r"During handling of the above exception|The above exception was the direct cause")
 # The line that ends a traceback: an exception class (dotted path allowed) at the start of the message.
@@ -156,6 +163,11 @@ class RecordParser:
                     # "X hit an exception: RuntimeError: ..." on one line: a whole (frameless) record.
                     out.extend(self._emit(rank, True, em.group("name"), em.group("msg"), line.ref))
                 return out
+        if rec is not None and rec["frames"] and msg.startswith("    ") and not stripped.startswith(("^", "~", "File ")):
+            callees = _CALLEE_RE.findall(stripped)
+            if callees:
+                rec["frames"].append(("<source>", callees[-1] if len(callees) == 1 else callees[0]))
+            return out
         if rec is not None and not msg.startswith((" ", "\t")):
             em = _EXC_LINE_RE.match(stripped)
             if em:
