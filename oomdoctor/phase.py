@@ -204,13 +204,26 @@ def infer(events: list[Event], failure_index: int, oom: Event | None, records: l
 
 
 def _refine(found: Phase, events: list[Event], failure_index: int) -> Phase:
-    """A profiling pass that the engine said runs the multimodal encoder is an encoder failure."""
+    """Refine a frames phase with what the log said just before the failure.
+
+    A profiling pass that the engine said runs the multimodal encoder is an encoder failure; a
+    generic serving frame (the engine's busy loop) takes the runtime phase the last context line
+    names (prefill, decode, KV slot allocation, encoder).
+    """
+    before = events[: failure_index + 1] if failure_index >= 0 else events
+    if found.name == "serving":
+        last = next((e for e in reversed(before) if e.kind == "context_line"), None)
+        if last is not None and last.get("phase") in _RUNTIME_REFINEMENTS:
+            return Phase(last.get("phase"), found.source, found.ref, f"{found.detail}, refined by {last.ref.path}:{last.ref.line}")
+        return found
     if found.name != "profiling":
         return found
-    before = events[: failure_index + 1] if failure_index >= 0 else events
     if any(e.kind == "vllm_mm_profile" or (e.kind == "context_line" and e.get("phase") == "encoder") for e in before):
         return Phase("encoder", found.source, found.ref, "a profiling pass over the multimodal encoder")
     return found
+
+
+_RUNTIME_REFINEMENTS = frozenset({"prefill", "decode", "sampling", "encoder", "kv_alloc"})
 
 
 def owning_record(records: list[Event], line: int | None) -> Event | None:
