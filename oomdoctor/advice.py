@@ -275,11 +275,11 @@ def lower_cuda_graph_max_bs(f: Facts) -> list[Recommendation]:
     failing = f.get("capture_last_bs")
     steps: list[Step] = []
     if failing:
-        value = budget.round_down_multiple(failing / 2, 8) if failing >= 16 else max(failing // 2, 1)
+        value = budget.halved_batch_size(failing)
         steps.append(Step("batch size being captured when memory ran out", "Capturing batches (bs=N ...)", failing))
         steps.append(Step("half of it (multiple of 8)", f"{failing} / 2", value))
     elif current:
-        value = budget.round_down_multiple(current / 2, 8) if current >= 16 else max(current // 2, 1)
+        value = budget.halved_batch_size(current)
         steps.append(Step("half the configured maximum (multiple of 8)", f"{current} / 2", value))
     else:
         value = 16
@@ -365,14 +365,8 @@ def reserve_encoder_memory(f: Facts) -> list[Recommendation]:
 
 
 def _vllm_need(f: Facts) -> tuple[int | None, list[Step]]:
-    need = f.get("kv_needed_bytes")
-    if need is not None:
-        return need, [Step("KV for one max-length request (vLLM's own figure)", f"max seq len {f.get('max_model_len')}", need)]
-    cell, length = f.get("cell_bytes"), f.get("max_model_len")
-    if cell and length:
-        return cell * length, [Step("KV for one max-length request", f"{length} tokens * {cell} bytes/token", cell * length)]
-    floor = budget.DEFAULT_KV_FLOOR_BYTES
-    return floor, [Step("KV for one request (assumed)", "1 GiB: the log gives no per-token KV size", floor)]
+    need = budget.kv_floor(f.get("max_model_len"), f.get("cell_bytes"), f.get("kv_needed_bytes"), system="vllm")
+    return need.value, list(need.steps)
 
 
 @recommender("vllm-raise-gpu-memory-utilization")
@@ -516,7 +510,7 @@ def vllm_cuda_graph(f: Facts) -> list[Recommendation]:
     recs: list[Recommendation] = []
     largest = f.get("max_capture_size")
     if largest:
-        value = budget.round_down_multiple(largest / 2, 8) if largest >= 16 else max(largest // 2, 1)
+        value = budget.halved_batch_size(largest)
         recs.append(
             Recommendation(
                 "--max-num-seqs",
@@ -586,14 +580,16 @@ def script_memory(f: Facts) -> list[Recommendation]:
         )
     else:
         recs.append(Recommendation("batch_size", None, "lower", "Activations scale with the batch size; halve it."))
-    recs.append(
-        Recommendation(
-            "gradient_checkpointing",
-            True,
-            "set",
-            "Activation checkpointing recomputes activations in the backward pass instead of keeping them (training only).",
+    if f.get("training_script"):
+        # Training advice only where the traceback shows training; an inference script or server has no backward pass.
+        recs.append(
+            Recommendation(
+                "gradient_checkpointing",
+                True,
+                "set",
+                "Activation checkpointing recomputes activations in the backward pass instead of keeping them (training only).",
+            )
         )
-    )
     recs.append(
         Recommendation(
             "PYTORCH_CUDA_ALLOC_CONF",

@@ -6,6 +6,7 @@ Facts that cannot be had are simply absent (a rule that needs them is reported a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,6 +196,8 @@ def build_facts(
 
 
 _SERVING_PHASES = ("serving", "prefill", "decode", "sampling")
+# A traceback through a training loop (not an inference script or server): only then is training advice given.
+_TRAINING_RE = re.compile(r"(?i)\btrain\w*|finetun|fine_tun|backward|optimizer|trainer|training_step")
 
 
 def _phase_facts(f: Facts, events: list[Event], oom_idx: list[int], first_i: int, line_counts: dict[str, int]) -> None:
@@ -244,6 +247,8 @@ def _phase_facts(f: Facts, events: list[Event], oom_idx: list[int], first_i: int
     if done.reason:
         f.set("evidence_reason", done.reason)
     f.set("failure_record_open", done.record_open)
+    frames = [fr for e in events if e.kind in (tt.KIND_OOM, tt.KIND_DRIVER_OOM, rc.KIND_RECORD) for fr in (e.get("frames") or ())]
+    f.set("training_script", any(_TRAINING_RE.search(f"{path} {func}") for path, func in frames))
     terminal = next((r for r in reversed(records) if r.get("complete") and not r.get("chain_has_oom")), None)
     if terminal is not None and not oom_idx:
         f.set("terminal_exception", terminal.get("exception"), terminal.ref)
