@@ -204,9 +204,9 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
             cite(parser.feed(line))
         # A line that says which phase the server was in (progress bars, serving traffic) is context
         # evidence, cited like any other event.
-        context_phase = phase_step.classify_context(line.msg) if not line.msg.startswith(" ") else None
-        if context_phase is not None:
-            cite([Event(rc.KIND_CONTEXT, (line.ref,), {"phase": context_phase})])
+        context_rule = phase_step.classify_context(line.msg) if not line.msg.startswith(" ") else None
+        if context_rule is not None:
+            cite([Event(rc.KIND_CONTEXT, (line.ref,), {"phase": context_rule.phase, "after_failure": context_rule.after_failure})])
     for parser in parsers:
         cite(parser.finish())
     stats.lines = counter[0]

@@ -19,11 +19,8 @@ from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
 from oomdoctor.runs import Run, dedupe_ooms, is_oom_event
-from oomdoctor.units import GIB, MIB, gib_text
+from oomdoctor.units import GIB, gib_text
 
-# CUDA context + allocator bookkeeping on a fresh process; what capacity - pre holds besides NCCL
-# and other processes.
-_CONTEXT_BYTES = 600 * MIB
 # Memory on the GPU before SGLang loaded weights, beyond its own context and NCCL, that points to
 # another process (DESIGN: "other processes present at startup shrink both parts").
 FOREIGN_AT_START_THRESHOLD_BYTES = 2 * GIB
@@ -153,7 +150,8 @@ def build_facts(
     """
     events = dedupe_ooms(run.events)
     detected = system or detect_system(events)
-    source = "option" if system else ("events" if detected not in ("torch", "unknown") else "fallback")
+    # "fallback": no engine line; the engine may still be one (a plain torch traceback from a server).
+    source = "option" if system else ("events" if detected != "unknown" else "fallback")
     if detected in ("torch", "unknown") and hint and system is None:
         detected, source = hint, "prefix"
     if detected in ("torch", "unknown") and system is None:
@@ -532,23 +530,14 @@ def _budget_facts(f: Facts) -> None:
         reserve = budget.sglang_min_activation_reserve_bytes(hint, f.get("tp_size", 1) or 1, f.get("pp_size", 1) or 1)
         f.set("activation_reserve_bytes", reserve.value, derivation=reserve)
         if "weights_bytes" in f.values:
-            floor, floor_steps = _kv_floor(f)
-            f.set("kv_floor_bytes", floor, derivation=Derived(floor, floor_steps))
+            kv_floor = budget.kv_floor(f.get("context_len"), f.get("cell_bytes"))
+            floor = kv_floor.value
+            f.set("kv_floor_bytes", floor, derivation=kv_floor)
             window = budget.sglang_feasible_window(pre, f.get("weights_bytes"), floor, reserve.value)
             f.set("max_safe_mfs", round(window.high, 4), derivation=Derived(window.high, window.steps))
             f.set("min_viable_mfs", round(window.low, 4), derivation=Derived(window.low, window.steps))
             f.set("weights_fit", window.feasible, *refs[:2])
             f.set("_window", window)
-
-
-def _kv_floor(f: Facts) -> tuple[int, tuple[Step, ...]]:
-    ctx, cell = f.get("context_len"), f.get("cell_bytes")
-    if ctx and cell:
-        floor = ctx * cell
-        return floor, (Step("one max-length request's KV", f"context_len {ctx} * {cell} bytes/token", floor),)
-    return budget.DEFAULT_KV_FLOOR_BYTES, (
-        Step("one request's KV (assumed)", "1 GiB: the log gives no per-token KV size before the pool is built", budget.DEFAULT_KV_FLOOR_BYTES),
-    )
 
 
 def _foreign_facts(f: Facts, events: list[Event]) -> None:
@@ -579,7 +568,7 @@ def _foreign_facts(f: Facts, events: list[Event]) -> None:
     capacity, pre = f.get("capacity_bytes"), f.get("pre_bytes")
     if capacity and pre:
         init = f.get("init_mem_usage_bytes") or 0
-        foreign = capacity - pre - init - _CONTEXT_BYTES
+        foreign = capacity - pre - init - budget.CUDA_CONTEXT_BYTES
         f.set(
             "startup_foreign_bytes",
             max(foreign, 0),
@@ -587,7 +576,7 @@ def _foreign_facts(f: Facts, events: list[Event]) -> None:
             f.ref("pre_bytes"),
             derivation=Derived(
                 max(foreign, 0),
-                (Step("memory held before weights by others", f"capacity {capacity / GIB:.2f} - pre {pre / GIB:.2f} - init {init / GIB:.2f} - context 0.59 GiB", foreign),),
+                (Step("memory held before weights by others", f"capacity {capacity / GIB:.2f} - pre {pre / GIB:.2f} - init {init / GIB:.2f} - context {gib_text(budget.CUDA_CONTEXT_BYTES)}", foreign),),
             ),
         )
 
@@ -742,10 +731,7 @@ def _vllm_window(f: Facts) -> None:
     total, non_kv, need = f.get("capacity_bytes"), f.get("non_kv_bytes"), f.get("kv_needed_bytes")
     if not total or non_kv is None:
         return
-    if need is None and f.get("cell_bytes") and f.get("max_model_len"):
-        need = f.get("cell_bytes") * f.get("max_model_len")
-    if need is None:
-        need = budget.DEFAULT_KV_FLOOR_BYTES
+    need = budget.kv_floor(f.get("max_model_len"), f.get("cell_bytes"), need, system="vllm").value
     needed = budget.vllm_util_for_kv(total, non_kv, need)
     f.set("min_viable_util", needed.value, derivation=needed)
     free = f.get("free_at_start_bytes")

@@ -44,6 +44,8 @@ class ContextRule:
     phase: str
     pattern: re.Pattern[str]
     example: str
+    # A line that names the stage that failed (multi-stage servers) counts even after the failure.
+    after_failure: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +102,10 @@ def parse_tables(text: str) -> Tables:
         )
         for e in data.get("frames", [])
     )
-    context = tuple(ContextRule(known(e["phase"], "context"), re.compile(e["pattern"]), e.get("example", "")) for e in data.get("context", []))
+    context = tuple(
+        ContextRule(known(e["phase"], "context"), re.compile(e["pattern"]), e.get("example", ""), bool(e.get("after_failure", False)))
+        for e in data.get("context", [])
+    )
     milestones = {e["kind"]: known(e["phase"], "milestones") for e in data.get("milestones", [])}
     return Tables(phases, frames, context, milestones)
 
@@ -122,11 +127,11 @@ def classify_frames(frames: tuple[tuple[str, str], ...] | list[tuple[str, str]] 
     return None
 
 
-def classify_context(text: str) -> str | None:
-    """The phase a log line printed before a failure points to, or None."""
+def classify_context(text: str) -> ContextRule | None:
+    """The context rule a log line matches (its phase, and whether it may follow the failure), or None."""
     for rule in tables().context:
         if rule.pattern.search(text):
-            return rule.phase
+            return rule
     return None
 
 
@@ -174,18 +179,16 @@ def infer(events: list[Event], failure_index: int, oom: Event | None, records: l
         name = _ENGINE_PHASES.get(e.kind)
         if name is not None:
             return Phase(name, "engine", e.ref, "an engine-authored memory error")
-    # 2. Frames: the OOM's own traceback, else the record that carries the failure.
-    if oom is not None:
-        found = classify_frames(oom.get("frames"))
-        if found is None and oom.get("method"):
-            found = classify_frames((("", oom.get("method")),))
-        if found:
-            return _refine(Phase(found, "frames", oom.ref, "traceback frames above the OOM"), events, failure_index)
+    # 2. Frames: the record that carries the failure (its frames and the calls in progress on their
+    #    source lines), with the OOM's own traceback.
     record = owning_record(records, failure.ref.line if failure is not None else None)
-    if record is not None:
-        found = classify_frames(record.get("frames"))
-        if found:
-            return _refine(Phase(found, "frames", record.ref, "traceback frames of the failure record"), events, failure_index)
+    frames = tuple(record.get("frames") or ()) if record is not None else ()
+    if oom is not None:
+        frames = frames + tuple(oom.get("frames") or ())
+    found = classify_frames(frames)
+    if found:
+        ref = oom.ref if oom is not None else (record.ref if record is not None else None)
+        return _refine(Phase(found, "frames", ref, "traceback frames of the failure"), events, failure_index)
     # 3. Context: the last context line or milestone before the failure.
     line = failure.ref.line if failure is not None else (record.ref.line if record is not None else None)
     best: tuple[int, str, LineRef] | None = None
@@ -194,7 +197,7 @@ def infer(events: list[Event], failure_index: int, oom: Event | None, records: l
     if milestone != "unknown" and mref is not None:
         best = (mref.line, milestone, mref)
     for e in events:
-        if e.kind != "context_line" or (line is not None and e.ref.line > line):
+        if e.kind != "context_line" or (line is not None and e.ref.line > line and not e.get("after_failure")):
             continue
         if best is None or e.ref.line >= best[0]:
             best = (e.ref.line, e.get("phase"), e.ref)

@@ -39,11 +39,15 @@ ANCHORS: tuple[bytes, ...] = (
     b"Capturing",
     b"checkpoint shards",
     b"loading shards",
+    b"while processing method",
+    b"Error executing method",
+    b"stage process",
+    b"Stage ",
 )
 
 # Failure lines whose preceding lines are read as context too (the scanner reads BEFORE_LINES of them):
 # the serving traffic or loader progress printed just before a failure says which phase it hit.
-BEFORE_ANCHORS: tuple[bytes, ...] = (b"Traceback", b"hit an exception", b"out of memory", b"Out of memory", b"OutOfMemory")
+BEFORE_ANCHORS: tuple[bytes, ...] = (b"Traceback", b"hit an exception", b"out of memory", b"Out of memory", b"OutOfMemory", b"while processing method", b"Error executing method")
 
 _FRAME_RE = lazy("File ", r'^\s*File "([^"]+)", line \d+, in ([\w<>.]+)')
 _TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
@@ -66,6 +70,8 @@ _CUT_RE = lazy(
     re.I,
 )
 _OOM_TEXT_RE = lazy(None, r"out\s*of\s*memory|OutOfMemory|ALLOC_FAILED|NO_MEMORY", re.I)
+# vLLM's worker wrappers name the method that failed before (or instead of) the traceback.
+_WORKER_METHOD_RE = lazy(None, r"Exception in worker \S+ while processing method (?P<method>\w+)|Error executing method '(?P<method2>\w+)'")
 _CLEAN_END_RE = lazy(None, r"Application shutdown complete|Shutting down gracefully|Exiting normally")
 
 
@@ -121,6 +127,15 @@ class RecordParser:
             name, text, ref = rec.pop("ended")
             out.extend(self._emit(rank, True, name, text, ref))
             rec = None
+        if "method" in msg:
+            wm = _WORKER_METHOD_RE.search(msg)
+            if wm and not _OOM_TEXT_RE.search(msg):
+                # The header of a worker's failure without its message: a record whose only frame is the method.
+                if rec is not None:
+                    out.extend(self._emit(rank, complete=False))
+                self._open_record(line, "worker_method")
+                self._open[rank]["frames"].append(("<method>", wm.group("method") or wm.group("method2")))
+                return out
         if "File " in msg and msg.count('File "') > 1:
             joined = _FRAME_ANY_RE.findall(msg)
             if joined:
