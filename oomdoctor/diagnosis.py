@@ -308,6 +308,14 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule]) -> Incident:
         # Two classes hold as strongly and neither explains the other: say so in the number.
         value, factors = confidence.tie_cap(unique[0].confidence, unique[0].factors, unique[1].klass)
         unique[0] = replace(unique[0], confidence=value, factors=factors)
+    stronger = [f for f in unique[1:] if f.confidence > unique[0].confidence] if unique else []
+    if stronger:
+        # The verdict is the fix that comes first, not the surest finding: say so where they differ.
+        note = confidence.Factor(
+            f"ranked first because its fix comes first; {stronger[0].klass} is more certain ({stronger[0].confidence:.2f}) but is addressed after it",
+            0.0,
+        )
+        unique[0] = replace(unique[0], factors=[*unique[0].factors, note])
     if not unique:
         missing = sorted({m for item in not_evaluated for m in item["missing"]})
         decisive = _decisive_gaps(facts)
