@@ -608,6 +608,17 @@ def _no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[Input
     value = 0.6
     factors = [confidence.Factor("nothing is wrong in the input, and nothing shows how it ends", -0.3)]
     other = next((e for run in runs for e in run.events if e.kind == sg.KIND_CAPTURE_FAILED and not e.get("is_oom")), None)
+    if facts is not None and facts.get("load_straggler"):
+        # This rank finished loading, another did not: the failure (often an OOM) is in the other rank's log.
+        ref = facts.ref("load_straggler")
+        where = f" ({ref.path}:{ref.line})" if ref is not None else ""
+        summary = (
+            f"Inconclusive: this rank finished loading weights but another rank did not{where}; SGLang says that is likely an OOM or a slow node on "
+            "that rank. Its log decides it: fetch every rank's log (all pods of the job, or `--log` for each node)."
+        )
+        factors = [confidence.Factor("the failing rank's log is not in the input", -0.7)]
+        base["evidence"] = Completeness("incomplete", "another rank did not finish loading and its log is not in the input", ref)
+        return Diagnosis(verdict_class="none", verdict_confidence=0.3, verdict_rule=None, summary=summary, findings=[], confidence_factors=factors, inconclusive=True, **base)
     terminal = facts.get("terminal_exception") if facts is not None and other is None else None
     if terminal:
         value, factors = 0.9, []

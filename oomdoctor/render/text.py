@@ -53,6 +53,8 @@ def _evidence_line(v: dict) -> str | None:
     if v.get("evidence") == "incomplete":
         head = "INCONCLUSIVE" if v.get("inconclusive") else "NOTE"
         return f"{head}: evidence incomplete - {v.get('evidence_reason') or 'the input was cut'}"
+    if v.get("inconclusive"):
+        return "INCONCLUSIVE: the evidence that decides it is not in the input"
     if v.get("evidence") == "fragment":
         return f"NOTE: evidence is a fragment - {v.get('evidence_reason')}"
     return None
