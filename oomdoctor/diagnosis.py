@@ -578,7 +578,7 @@ def _no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[Input
                 klass=likely,
                 confidence=value,
                 message=message,
-                evidence=tuple(r for r in (evidence.ref, found.ref) if r is not None),
+                evidence=tuple(dict.fromkeys(r for r in (found.ref, evidence.ref) if r is not None)),
                 recommendations=[],
                 extra={"hypothesis": True, "would_decide": [f"the end of the failure record: {FETCH_REST}"]},
                 factors=factors,
