@@ -18,6 +18,10 @@ SGLANG_BIG_GPU_RESERVE_BYTES = 10 * GIB
 SGLANG_BIG_GPU_THRESHOLD_BYTES = 60 * GIB
 # A KV pool too small for one request is useless; without the model's cell size we ask for this much.
 DEFAULT_KV_FLOOR_BYTES = 1 * GIB
+# What a fresh process spends before the server's first free-memory reading: the CUDA context and
+# allocator bookkeeping, and with TP > 1 NCCL's buffers. SGLang's pre = capacity - these (- others).
+CUDA_CONTEXT_BYTES = 600 * MIB
+NCCL_BYTES = 512 * MIB
 
 # Allocator arithmetic on a PyTorch OOM message (DESIGN §2, classes fragmentation and foreign_process).
 # Reserved-but-unallocated memory is the caching allocator's normal slack (freed blocks it keeps for
@@ -115,6 +119,37 @@ def kv_tokens(kv_bytes: int, cell_bytes: int) -> int:
     return max(kv_bytes, 0) // cell_bytes
 
 
+# How kv_floor words its steps: (label, formula) for the engine's own figure, for context x cell
+# bytes, and for the 1 GiB assumption. SGLang's floor is the window's low end; vLLM's is the KV its
+# --gpu-memory-utilization must hold.
+_KV_FLOOR_WORDS: dict[str, tuple[tuple[str, str], tuple[str, str], tuple[str, str]]] = {
+    "sglang": (
+        ("one max-length request's KV (the engine's own figure)", "max seq len {ctx}"),
+        ("one max-length request's KV", "context_len {ctx} * {cell} bytes/token"),
+        ("one request's KV (assumed)", "1 GiB: the log gives no per-token KV size before the pool is built"),
+    ),
+    "vllm": (
+        ("KV for one max-length request (vLLM's own figure)", "max seq len {ctx}"),
+        ("KV for one max-length request", "{ctx} tokens * {cell} bytes/token"),
+        ("KV for one request (assumed)", "1 GiB: the log gives no per-token KV size"),
+    ),
+}
+
+
+def kv_floor(context_len: int | None, cell_bytes: int | None, engine_bytes: int | None = None, system: str = "sglang") -> Derived:
+    """The KV of one max-length request: the engine's own figure, else context_len * cell bytes, else 1 GiB.
+
+    The least KV pool worth having (SGLang's window starts there; vLLM's u must hold it).
+    """
+    engine, product, assumed = _KV_FLOOR_WORDS[system]
+    if engine_bytes is not None:
+        return Derived(engine_bytes, (Step(engine[0], engine[1].format(ctx=context_len), engine_bytes),))
+    if context_len and cell_bytes:
+        value = context_len * cell_bytes
+        return Derived(value, (Step(product[0], product[1].format(ctx=context_len, cell=cell_bytes), value),))
+    return Derived(DEFAULT_KV_FLOOR_BYTES, (Step(assumed[0], assumed[1], DEFAULT_KV_FLOOR_BYTES),))
+
+
 def cell_bytes_mha(kv_heads_per_rank: int, head_dim: int, v_head_dim: int, layers: int, dtype_bytes: float) -> int:
     """Per-token KV bytes of MHA/GQA: H*(d_k+d_v)*L*b."""
     return int(kv_heads_per_rank * (head_dim + v_head_dim) * layers * dtype_bytes)
@@ -140,6 +175,24 @@ def _tier_defaults(gpu_mem_mib: float, tp: int) -> tuple[int, int]:
     if gib < 160:
         return 8192, (256 if tp < 4 else 512)
     return 16384, 512
+
+
+def _era_b_reserve_mib(gpu_mem_mib: float, world: int) -> float:
+    """SGLang Era B: the activation reserve by capacity tier and tp*pp, in MiB."""
+    gib = gpu_mem_mib / 1024
+    if gib < 35:
+        return (2.8 + world / 10) * 1024
+    if gib < 90:
+        return (9.5 + world / 2) * 1024
+    if gib < 160:
+        return (12 + world / 2) * 1024
+    return 32 * 1024
+
+
+def _current_reserve_mib(activation_tokens: int, cuda_graph_bs: int, tp: int, pp: int) -> tuple[float, str]:
+    """SGLang current era: activations + CUDA graphs + per-rank overhead, in MiB, and the formula."""
+    reserve = 512 + activation_tokens * 1.5 + cuda_graph_bs * 2 + tp * pp / 8 * 1024
+    return reserve, f"512 + {activation_tokens}*1.5 + {cuda_graph_bs}*2 + {tp}*{pp}/8*1024"
 
 
 def sglang_autotune_mfs(
@@ -168,14 +221,7 @@ def sglang_autotune_mfs(
     if era == "B":
         p = tp * pp
         gib = gpu_mem_mib / 1024
-        if gib < 35:
-            reserve = (2.8 + p / 10) * 1024
-        elif gib < 90:
-            reserve = (9.5 + p / 2) * 1024
-        elif gib < 160:
-            reserve = (12 + p / 2) * 1024
-        else:
-            reserve = 32 * 1024
+        reserve = _era_b_reserve_mib(gpu_mem_mib, p)
         if dp_attention_size:
             reserve += 4 * 1024
         steps.append(Step("Era B tier reserve (MiB)", f"capacity tier {gib:.0f} GiB, tp*pp={p}", round(reserve, 1)))
@@ -183,16 +229,15 @@ def sglang_autotune_mfs(
         default_chunk, default_bs = _tier_defaults(gpu_mem_mib, tp)
         chunk = chunked_prefill_size if chunked_prefill_size and chunked_prefill_size > 0 else default_chunk
         bs = cuda_graph_max_bs if cuda_graph_max_bs and cuda_graph_max_bs > 0 else default_bs
-        activation_tokens = max(chunk, 2048)
-        reserve = 512 + activation_tokens * 1.5 + bs * 2 + tp * pp / 8 * 1024
-        formula = f"512 + {activation_tokens}*1.5 + {bs}*2 + {tp}*{pp}/8*1024"
+        reserve, formula = _current_reserve_mib(max(chunk, 2048), bs, tp, pp)
         if dp_attention_size:
             reserve += bs * dp_attention_size * 3 + (bs * dp_attention_size * 1.5 if bs > 300 else 0)
             formula += f" + DP attention {bs}*{dp_attention_size}*3"
         steps.append(Step("activation + graph reserve (MiB)", formula, round(reserve, 1)))
-        if gpu_mem_mib > 60 * 1024 and reserve < 10 * 1024:
-            reserve = 10 * 1024
-            steps.append(Step("big-GPU floor (MiB)", "max(reserve, 10*1024) on cards over 60 GiB", reserve))
+        floor_mib = SGLANG_BIG_GPU_RESERVE_BYTES // MIB
+        if capacity_bytes > SGLANG_BIG_GPU_THRESHOLD_BYTES and reserve < floor_mib:
+            reserve = floor_mib
+            steps.append(Step("big-GPU floor (MiB)", f"max(reserve, {floor_mib // 1024}*1024) on cards over {SGLANG_BIG_GPU_THRESHOLD_BYTES // GIB} GiB", reserve))
     value = round((gpu_mem_mib - reserve) / gpu_mem_mib, 3)
     steps.append(Step("auto mem_fraction_static", f"round(({gpu_mem_mib:.0f} - {reserve:.0f}) / {gpu_mem_mib:.0f}, 3)", value))
     return Derived(value, tuple(steps))
@@ -210,11 +255,10 @@ def sglang_min_activation_reserve_bytes(capacity_hint_bytes: int, tp: int = 1, p
             SGLANG_BIG_GPU_RESERVE_BYTES,
             (Step("SGLang activation reserve", "10 GiB big-GPU floor of its auto-tune (card over 60 GiB)", SGLANG_BIG_GPU_RESERVE_BYTES),),
         )
-    gib = capacity_hint_bytes / GIB
     p = tp * pp
-    era_b_mib = (2.8 + p / 10) * 1024 if gib < 35 else (9.5 + p / 2) * 1024
+    era_b_mib = _era_b_reserve_mib(capacity_hint_bytes / MIB, p)
     chunk, bs = _tier_defaults(capacity_hint_bytes / MIB, tp)
-    current_mib = 512 + max(chunk, 2048) * 1.5 + bs * 2 + p / 8 * 1024
+    current_mib, _ = _current_reserve_mib(max(chunk, 2048), bs, tp, pp)
     reserve = round(min(era_b_mib, current_mib) * MIB)
     return Derived(
         reserve,
@@ -302,6 +346,11 @@ def pow2_floor(n: int) -> int:
 def round_down_multiple(n: float, multiple: int) -> int:
     """n rounded down to a multiple, never below the multiple itself."""
     return max(multiple, math.floor(n / multiple) * multiple)
+
+
+def halved_batch_size(n: int) -> int:
+    """Half a batch size (CUDA graph capture sizes, max seqs): a multiple of 8 from 16 up, else n // 2 (at least 1)."""
+    return round_down_multiple(n / 2, 8) if n >= 16 else max(n // 2, 1)
 
 
 def describe(n_bytes: int | None) -> str:

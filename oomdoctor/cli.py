@@ -1,23 +1,73 @@
 """Command line: parses options, calls the library, maps errors to the documented exit codes.
 
-Exit codes: 0 no OOM evidence; 3 OOM diagnosed; 2 usage error; 5 unreadable or invalid input;
-1 internal error; 130 interrupted. Nothing here imports torch or pynvml.
+Exit codes: 0 no OOM evidence; 3 OOM diagnosed; 4 inconclusive; 2 usage error; 5 unreadable or
+invalid input; 1 internal error; 130 interrupted. Library code raises typed errors (errors.py) and
+returns typed outcomes; ``_exit_code`` is the one place either becomes an exit code. Nothing here
+imports torch or pynvml.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from oomdoctor import __version__
-from oomdoctor.errors import ExitCode, OomdoctorError
+from oomdoctor.errors import (
+    ExitCode,
+    GpuEvidence,
+    GpuNotFound,
+    InputError,
+    OomdoctorError,
+    OutputError,
+    PlanFit,
+    RuleError,
+    UsageError,
+)
+
+if TYPE_CHECKING:  # the pipeline is imported only by the commands that run it
+    from oomdoctor.diagnosis import Diagnosis
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 no OOM evidence, 3 OOM diagnosed, 4 inconclusive (the input stops before a failure is evident), "
     "2 usage error, 5 unreadable or invalid input, 1 internal error, 130 interrupted."
 )
+
+
+# Errors (by class, the nearest in the error's MRO wins) to exit codes; anything else is INTERNAL.
+_ERROR_EXIT_CODES: dict[type[BaseException], ExitCode] = {
+    InputError: ExitCode.BAD_INPUT,
+    RuleError: ExitCode.BAD_INPUT,
+    OutputError: ExitCode.BAD_INPUT,
+    UsageError: ExitCode.USAGE,
+    GpuNotFound: ExitCode.USAGE,
+    click.UsageError: ExitCode.USAGE,
+    click.Abort: ExitCode.INTERRUPTED,
+    KeyboardInterrupt: ExitCode.INTERRUPTED,
+    # The reader closed the pipe (| head): what it wanted was written.
+    BrokenPipeError: ExitCode.NO_OOM,
+}
+_OUTCOME_EXIT_CODES: dict[GpuEvidence | PlanFit, ExitCode] = {
+    GpuEvidence.AVAILABLE: ExitCode.NO_OOM,
+    GpuEvidence.UNAVAILABLE: ExitCode.BAD_INPUT,
+    PlanFit.FITS: ExitCode.NO_OOM,
+    PlanFit.DOES_NOT_FIT: ExitCode.OOM_DIAGNOSED,
+}
+
+
+def _exit_code(outcome: BaseException | GpuEvidence | PlanFit | Diagnosis) -> ExitCode:
+    """The one place an outcome becomes an exit code (README "Exit codes", DESIGN §4).
+
+    ``outcome``: an exception, collect's GpuEvidence, plan's PlanFit, or diagnose's Diagnosis.
+    """
+    if isinstance(outcome, BaseException):
+        return next((_ERROR_EXIT_CODES[c] for c in type(outcome).__mro__ if c in _ERROR_EXIT_CODES), ExitCode.INTERNAL)
+    if isinstance(outcome, (GpuEvidence, PlanFit)):
+        return _OUTCOME_EXIT_CODES[outcome]
+    if outcome.inconclusive:
+        return ExitCode.INCONCLUSIVE
+    return ExitCode.OOM_DIAGNOSED if outcome.oom else ExitCode.NO_OOM
 
 
 def _fail(message: str, code: ExitCode) -> NoReturn:
@@ -26,14 +76,14 @@ def _fail(message: str, code: ExitCode) -> NoReturn:
 
 
 class _Group(click.Group):
-    """Maps the one typed error to its exit code for every command (also under click's test runner)."""
+    """Maps the typed errors to their exit codes for every command (also under click's test runner)."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except OomdoctorError as exc:
             click.echo(f"oomdoctor: error: {exc}", err=True)
-            ctx.exit(int(exc.exit_code))
+            ctx.exit(int(_exit_code(exc)))
 
 
 @click.group(cls=_Group, help=f"Why an LLM inference server ran out of GPU memory, and which flag to change.\n\n{EXIT_CODES_HELP}")
@@ -79,19 +129,12 @@ def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str |
         md = report if fmt == "markdown" else _render("markdown", view, docs, not no_redact)
         js = report if fmt == "json" else _render("json", view, docs, not no_redact)
         try:
-            notes = write_bundle(bundle, html, md, js, [s.path for s in result.inputs], redact=not no_redact)
+            notes = write_bundle(bundle, html, md, js, [s.path for s in result.inputs if s.readable], redact=not no_redact)
         except OSError as exc:
-            raise OomdoctorError(f"{bundle}: cannot write ({exc.strerror or exc})", ExitCode.BAD_INPUT) from None
+            raise OutputError(f"{bundle}: cannot write ({exc.strerror or exc})") from None
         for note in notes:
             click.echo(f"oomdoctor: warning: bundle: {note}", err=True)
     sys.exit(int(_exit_code(result)))
-
-
-def _exit_code(result) -> ExitCode:
-    """The one place a diagnosis becomes an exit code (DESIGN §4)."""
-    if result.inconclusive:
-        return ExitCode.INCONCLUSIVE
-    return ExitCode.OOM_DIAGNOSED if result.oom else ExitCode.NO_OOM
 
 
 def _render(fmt: str, view: dict, docs: dict, redacted: bool) -> str:
@@ -117,7 +160,7 @@ def _write(path: str, content: str) -> None:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(content)
     except OSError as exc:
-        raise OomdoctorError(f"{path}: cannot write ({exc.strerror or exc})", ExitCode.BAD_INPUT) from None
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
 @cli.command(
@@ -131,13 +174,13 @@ def _write(path: str, content: str) -> None:
 def collect(out_dir: str, logs: tuple[str, ...], no_redact: bool) -> None:
     from oomdoctor.collect import collect as run_collect
 
-    manifest, code = run_collect(out_dir, list(logs), redact=not no_redact)
+    manifest, evidence = run_collect(out_dir, list(logs), redact=not no_redact)
     n = len(manifest["gpus"])
     procs = sum(len(g["processes"]) for g in manifest["gpus"] if isinstance(g["processes"], list))
     click.echo(f"wrote {out_dir}/manifest.json: {n} GPU(s), {procs} process(es), {len(manifest['logs'])} log(s)")
     if manifest["gpu_evidence"]["unavailable"]:
         click.echo(f"oomdoctor: warning: GPU evidence unavailable: {manifest['gpu_evidence']['unavailable']}", err=True)
-    sys.exit(int(code))
+    sys.exit(int(_exit_code(evidence)))
 
 
 @cli.command(
@@ -162,7 +205,7 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
     from oomdoctor.gpus import find_gpu
 
     if (gpu_name is None) == (gpu_mem_gib is None):
-        raise OomdoctorError("give exactly one of --gpu NAME or --gpu-mem-gib N", ExitCode.USAGE)
+        raise UsageError("give exactly one of --gpu NAME or --gpu-mem-gib N")
     if gpu_name:
         gpu = find_gpu(gpu_name)
         capacity, label = gpu.capacity_bytes, gpu.name
@@ -186,7 +229,7 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
     else:
         click.echo(text, nl=False)
     ok = result["feasible"] and (at is None or result["at"]["feasible"])
-    sys.exit(int(ExitCode.NO_OOM if ok else ExitCode.OOM_DIAGNOSED))
+    sys.exit(int(_exit_code(PlanFit.FITS if ok else PlanFit.DOES_NOT_FIT)))
 
 
 @cli.command(
@@ -232,7 +275,7 @@ def rules_explain(rule_id: str, rules_dirs: tuple[str, ...]) -> None:
                 for ref in rule.references:
                     click.echo(f"  {ref}")
             return
-    raise OomdoctorError(f"no rule {rule_id!r}; see 'oomdoctor rules list'", ExitCode.USAGE)
+    raise UsageError(f"no rule {rule_id!r}; see 'oomdoctor rules list'")
 
 
 @rules.command("check", help="Validate rule files (the shipped catalogue and --rules directories).")
@@ -270,7 +313,7 @@ def facts_explain(name: str, rules_dirs: tuple[str, ...]) -> None:
     spec = cat.facts.get(name)
     if spec is None or spec.internal:
         hint = cat.suggest(name)
-        raise OomdoctorError(f"no fact {name!r}" + (f"; did you mean {hint!r}?" if hint else "; see 'oomdoctor facts list'"), ExitCode.USAGE)
+        raise UsageError(f"no fact {name!r}" + (f"; did you mean {hint!r}?" if hint else "; see 'oomdoctor facts list'"))
     click.echo(f"{spec.name}: {spec.doc}")
     click.echo(f"type: {spec.type}" + (f"   unit: {spec.unit}" if spec.unit else ""))
     click.echo(f"produced for: {', '.join(spec.systems)}")
@@ -286,22 +329,20 @@ def main() -> None:
         sys.exit(code if isinstance(code, int) else 0)
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.format_message() if hasattr(exc, "format_message") else str(exc), err=True)
-        sys.exit(int(ExitCode.USAGE))
+        sys.exit(int(_exit_code(exc)))
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.UsageError as exc:
         exc.show()
-        sys.exit(int(ExitCode.USAGE))
-    except click.Abort:
-        _fail("interrupted", ExitCode.INTERRUPTED)
-    except KeyboardInterrupt:
-        _fail("interrupted", ExitCode.INTERRUPTED)
+        sys.exit(int(_exit_code(exc)))
+    except (click.Abort, KeyboardInterrupt) as exc:
+        _fail("interrupted", _exit_code(exc))
     except OomdoctorError as exc:
-        _fail(str(exc), exc.exit_code)
-    except BrokenPipeError:
-        sys.exit(int(ExitCode.NO_OOM))
+        _fail(str(exc), _exit_code(exc))
+    except BrokenPipeError as exc:
+        sys.exit(int(_exit_code(exc)))
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes exit code 1
-        _fail(f"internal error: {type(exc).__name__}: {exc} (please report this with the input)", ExitCode.INTERNAL)
+        _fail(f"internal error: {type(exc).__name__}: {exc} (please report this with the input)", _exit_code(exc))
 
 
 if __name__ == "__main__":

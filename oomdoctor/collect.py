@@ -17,7 +17,7 @@ from typing import Any
 from oomdoctor import procinfo
 from oomdoctor.bundle import copy_chunks, plain_name
 from oomdoctor.collected import manifest_header
-from oomdoctor.errors import ExitCode, InputError
+from oomdoctor.errors import GpuEvidence, InputError
 from oomdoctor.nvml import Nvml
 from oomdoctor.smi import run_nvidia_smi
 
@@ -34,8 +34,11 @@ def collect(
     now: float | None = None,
     containerized: bool | None = None,
     hostname: str | None = None,
-) -> tuple[dict[str, Any], ExitCode]:
-    """Write ``out_dir/manifest.json`` (and copies of ``logs``); return the manifest and the exit code."""
+) -> tuple[dict[str, Any], GpuEvidence]:
+    """Write ``out_dir/manifest.json`` (and copies of ``logs``); return the manifest and whether GPU evidence was read.
+
+    No driver or GPU is not an error: the bundle is written with the reason, and UNAVAILABLE says so.
+    """
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -74,7 +77,7 @@ def collect(
         "redacted": redact,
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return manifest, (ExitCode.NO_OOM if unavailable is None else ExitCode.BAD_INPUT)
+    return manifest, (GpuEvidence.AVAILABLE if unavailable is None else GpuEvidence.UNAVAILABLE)
 
 
 def _cuda_ordinals(env: dict[str, str], gpus: list[Any]) -> list[dict[str, Any]]:

@@ -1,8 +1,12 @@
-"""Exit codes (contract, DESIGN §4) and the one typed error the CLI maps to them."""
+"""Exit codes (contract, DESIGN §4), the typed errors library code raises and the outcomes it returns.
+
+Library code never chooses an exit code: it raises one of these errors or returns one of these
+outcomes, and the CLI maps them to ``ExitCode`` in one table (``oomdoctor.cli._exit_code``).
+"""
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import Enum, IntEnum
 
 
 class ExitCode(IntEnum):
@@ -18,23 +22,38 @@ class ExitCode(IntEnum):
 
 
 class OomdoctorError(Exception):
-    """An expected failure with a one-line message and the exit code it maps to."""
-
-    exit_code: ExitCode = ExitCode.INTERNAL
-
-    def __init__(self, message: str, exit_code: ExitCode | None = None):
-        super().__init__(message)
-        if exit_code is not None:
-            self.exit_code = exit_code
+    """An expected failure with a one-line message; its type decides the exit code (in the CLI)."""
 
 
 class InputError(OomdoctorError):
     """An input that cannot be read at all (missing, binary, empty, unsupported)."""
 
-    exit_code = ExitCode.BAD_INPUT
-
 
 class RuleError(OomdoctorError):
     """A rule file that does not validate; the message names file, field and what to write."""
 
-    exit_code = ExitCode.BAD_INPUT
+
+class OutputError(OomdoctorError):
+    """A report, bundle or directory that cannot be written."""
+
+
+class UsageError(OomdoctorError):
+    """Options or arguments that cannot be used together or name nothing known (a rule, a fact)."""
+
+
+class GpuNotFound(OomdoctorError):
+    """A GPU name that is not in the table (data/gpus.toml); the message lists the known ones."""
+
+
+class GpuEvidence(Enum):
+    """What `collect` could read of the GPUs; the bundle is written either way."""
+
+    AVAILABLE = "available"
+    UNAVAILABLE = "unavailable"
+
+
+class PlanFit(Enum):
+    """Whether `plan` finds the model fits (and the value given with --at is in the window)."""
+
+    FITS = "fits"
+    DOES_NOT_FIT = "does_not_fit"

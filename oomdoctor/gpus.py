@@ -9,7 +9,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from oomdoctor.errors import ExitCode, OomdoctorError
+from oomdoctor.errors import GpuNotFound
 from oomdoctor.units import GIB, MIB
 
 _TABLE = Path(__file__).resolve().parent / "data" / "gpus.toml"
@@ -49,11 +49,12 @@ def _norm(name: str) -> str:
 
 
 def find_gpu(name: str) -> Gpu:
+    """The card of this name or alias (case, '-', '_' and spaces ignored); GpuNotFound otherwise."""
     for g in gpu_table():
         if _norm(name) in {_norm(g.name), *(_norm(a) for a in g.aliases)}:
             return g
     known = ", ".join(g.name for g in gpu_table())
-    raise OomdoctorError(f"unknown GPU {name!r}; use one of {known}, or --gpu-mem-gib N", ExitCode.USAGE)
+    raise GpuNotFound(f"unknown GPU {name!r}; use one of {known}, or --gpu-mem-gib N")
 
 
 def likely_gpu(capacity_bytes: int | None) -> str | None:

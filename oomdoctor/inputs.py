@@ -34,6 +34,11 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 # Extensions that a directory walk reads as logs; others (pickles, images) are not logs.
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".gz", ".bz2", ".xz", ".stderr", ".stdout")
 
+# Kinds of an input that gave nothing: a path that is not there (or not a file), and an input that is
+# there but could not be read (binary, empty, an unsupported format). Listed with lines 0 and the reason.
+MISSING = "missing"
+UNREADABLE = "unreadable"
+
 
 @dataclass
 class InputStats:
@@ -54,14 +59,31 @@ class InputStats:
         if message not in self.warnings:
             self.warnings.append(message)
 
+    @property
+    def readable(self) -> bool:
+        """False for an input listed only to say why nothing was read from it."""
+        return self.kind not in (MISSING, UNREADABLE)
 
-def expand_paths(paths: list[str]) -> tuple[list[str], list[str]]:
-    """Resolve CLI paths into readable inputs; returns (inputs, one-line errors for the rest).
+    @property
+    def problem(self) -> str:
+        """The one-line error of an unread input: "PATH: reason"."""
+        return f"{self.path}: {self.warnings[0]}" if self.warnings else f"{self.path}: not read"
+
+
+def unread_input(path: str, message: str, kind: str = UNREADABLE) -> InputStats:
+    """The entry of an input nothing was read from, its one-line error ("PATH: reason") as its own warning."""
+    stats = InputStats(path=path, kind=kind)
+    stats.warn(message.removeprefix(f"{path}: "))
+    return stats
+
+
+def expand_paths(paths: list[str]) -> tuple[list[str], list[InputStats]]:
+    """Resolve CLI paths into readable inputs; returns (inputs, an entry of kind MISSING for each of the rest).
 
     A directory contributes its log-like files, sorted, without following symlinks into loops.
     """
     found: list[str] = []
-    errors: list[str] = []
+    missing: list[InputStats] = []
     for path in paths:
         if path == "-":
             found.append("-")
@@ -69,21 +91,21 @@ def expand_paths(paths: list[str]) -> tuple[list[str], list[str]]:
         try:
             st = os.stat(path)
         except FileNotFoundError:
-            errors.append(f"{path}: no such file or directory")
+            missing.append(unread_input(path, "no such file or directory", MISSING))
             continue
         except OSError as exc:
-            errors.append(f"{path}: cannot access ({exc.strerror or exc})")
+            missing.append(unread_input(path, f"cannot access ({exc.strerror or exc})", MISSING))
             continue
         if stat.S_ISDIR(st.st_mode):
             logs = _walk_logs(path)
             if not logs:
-                errors.append(f"{path}: directory holds no log files ({', '.join(_LOG_SUFFIXES)})")
+                missing.append(unread_input(path, f"directory holds no log files ({', '.join(_LOG_SUFFIXES)})", MISSING))
             found.extend(logs)
         elif stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):
             found.append(path)
         else:
-            errors.append(f"{path}: not a regular file")
-    return found, errors
+            missing.append(unread_input(path, "not a regular file", MISSING))
+    return found, missing
 
 
 def _walk_logs(root: str) -> list[str]:

@@ -18,10 +18,8 @@ from oomdoctor.errors import InputError
 from oomdoctor.gpus import gpu_table
 from oomdoctor.units import GIB, MIB, gib_text
 
-# What a fresh server spends before SGLang's first free-memory reading: the CUDA context and, with
-# TP > 1, NCCL's buffers. pre = capacity - this.
-CONTEXT_BYTES = 600 * MIB
-NCCL_BYTES = 512 * MIB
+# What a fresh server spends before SGLang's first free-memory reading (pre = capacity - this):
+# budget.CUDA_CONTEXT_BYTES and, with TP > 1, budget.NCCL_BYTES.
 # vLLM's non-weight, non-KV memory: the profile run's activation peak and non-torch allocations.
 VLLM_ACTIVATION_BYTES = 2 * GIB
 
@@ -177,11 +175,11 @@ def plan(
     weights_rank = weights // tp
     cell = cell_bytes(model, tp, kv_bytes)
     one_request = ctx * cell.value
-    overhead = CONTEXT_BYTES + (NCCL_BYTES if tp > 1 else 0)
+    overhead = budget.CUDA_CONTEXT_BYTES + (budget.NCCL_BYTES if tp > 1 else 0)
     pre = capacity_bytes - overhead
     steps: list[Step] = [
         Step("card capacity", gpu_name, capacity_bytes),
-        Step("pre: free before weights (estimated)", f"capacity - CUDA context 0.59 GiB{' - NCCL 0.50 GiB' if tp > 1 else ''}", pre),
+        Step("pre: free before weights (estimated)", f"capacity - CUDA context {gib_text(budget.CUDA_CONTEXT_BYTES)}{f' - NCCL {gib_text(budget.NCCL_BYTES)}' if tp > 1 else ''}", pre),
         Step("weights per rank", f"{gib_text(weights)} ({model.weights_source}) / tp {tp}", weights_rank),
         *cell.steps,
         Step("one max-length request's KV", f"{ctx} tokens * {cell.value} B", one_request),
@@ -202,10 +200,10 @@ def plan(
         "notes": list(model.notes),
     }
     if system == "vllm":
-        non_kv = weights_rank + VLLM_ACTIVATION_BYTES + (NCCL_BYTES if tp > 1 else 0)
+        non_kv = weights_rank + VLLM_ACTIVATION_BYTES + (budget.NCCL_BYTES if tp > 1 else 0)
         steps.append(Step("non-KV memory (weights + estimated activation peak and non-torch)", f"weights + {VLLM_ACTIVATION_BYTES / GIB:.1f} GiB", non_kv))
         low = budget.vllm_util_for_kv(capacity_bytes, non_kv, one_request)
-        high = budget.vllm_max_safe_util(capacity_bytes - CONTEXT_BYTES, capacity_bytes)
+        high = budget.vllm_max_safe_util(capacity_bytes - budget.CUDA_CONTEXT_BYTES, capacity_bytes)
         steps += [*low.steps, *high.steps]
         feasible = low.value <= high.value
         rec = low.value if feasible else None

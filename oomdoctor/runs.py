@@ -1,6 +1,7 @@
 """Runs and incidents: a long log holds several server runs (restarts, crash loops).
 
-Each ``server_args=`` line starts a new run. Within a run, the OOM events form at most one incident;
+A run starts where ``RunSegmenter`` says (the one definition of a run start, used by ``split_runs``
+and by the event store's crash-loop compaction). Within a run, the OOM events form at most one incident;
 the same OOM reported two or three times (re-raised, re-logged by each wrapper) counts once.
 """
 
@@ -15,6 +16,37 @@ from oomdoctor.parsers import vllm as vl
 
 # The line a server prints once per start: its arguments.
 RUN_START_KINDS = frozenset({sg.KIND_SERVER_ARGS, vl.KIND_ARGS})
+# Every kind the segmenter reads: the start lines and vLLM's engine config (a start only when it is
+# not the first of its run: the API server logs its args, then the engine its config).
+RUN_MARKER_KINDS = RUN_START_KINDS | {vl.KIND_ENGINE_CONFIG}
+
+
+class RunSegmenter:
+    """The one definition of a run start, fed event kinds in log order (one segmenter per input).
+
+    A run starts at SGLang's ``server_args``, vLLM's non-default args, or a vLLM engine config line
+    that is not the first of its run. ``feed`` says whether the event starts a run and whether that
+    run is a new one (``number`` goes up) rather than the first of the input.
+    """
+
+    def __init__(self) -> None:
+        self.number = 1
+        self._seen_args = False
+        self._seen_engine = False
+
+    def feed(self, kind: str) -> bool:
+        """Whether an event of this kind starts a run; advances ``number`` when it starts a new one."""
+        if kind not in RUN_MARKER_KINDS:
+            return False
+        is_engine = kind == vl.KIND_ENGINE_CONFIG
+        if is_engine and not self._seen_engine:
+            self._seen_engine = True
+            return False
+        if self._seen_args or self._seen_engine:
+            self.number += 1
+        self._seen_args = not is_engine
+        self._seen_engine = is_engine
+        return True
 
 # Events that show an OOM (or a memory failure SGLang reports itself).
 _OOM_KINDS = {
@@ -68,24 +100,13 @@ def is_oom_event(event: Event) -> bool:
 
 
 def split_runs(events_per_input: list[list[Event]]) -> list[Run]:
-    """Segment each input's events into runs at ``server_args``; merge the same run number across inputs."""
+    """Segment each input's events into runs (``RunSegmenter``); merge the same run number across inputs."""
     runs: dict[int, Run] = {}
     for events in events_per_input:
-        number = 1
-        seen_args = False
-        seen_engine = False
+        segmenter = RunSegmenter()
         for event in events:
-            # A run starts at SGLang's server_args, vLLM's non-default args, or a vLLM engine config
-            # line that is not the first of its run (the API server logs args, then the engine config).
-            starts = event.kind in RUN_START_KINDS or (event.kind == vl.KIND_ENGINE_CONFIG and seen_engine)
-            if starts:
-                if seen_args or seen_engine:
-                    number += 1
-                seen_args = event.kind != vl.KIND_ENGINE_CONFIG
-                seen_engine = event.kind == vl.KIND_ENGINE_CONFIG
-            elif event.kind == vl.KIND_ENGINE_CONFIG:
-                seen_engine = True
-            runs.setdefault(number, Run(number)).events.append(event)
+            segmenter.feed(event.kind)
+            runs.setdefault(segmenter.number, Run(segmenter.number)).events.append(event)
     return [runs[k] for k in sorted(runs)]
 
 

@@ -127,3 +127,36 @@ def test_vllm_lowered_util_for_runtime_shortfall() -> None:
     # requested 2.62, free 1.41 -> shortfall 1.21 + margin 2.62 = 3.83 GiB; 0.95 - 3.83/79.19 = 0.9016 -> 0.90
     lowered = budget.vllm_lowered_util(0.95, gib(79.19), gib(1.21), gib(2.62))
     assert lowered.value == 0.9
+
+
+def test_kv_floor_one_request_else_1_gib() -> None:
+    """The one "one request's KV, else 1 GiB" rule, in SGLang's and vLLM's wording."""
+    d = budget.kv_floor(32768, 98304)
+    assert d.value == 32768 * 98304
+    assert [(s.step, s.formula) for s in d.steps] == [("one max-length request's KV", "context_len 32768 * 98304 bytes/token")]
+    for ctx, cell in ((None, 98304), (32768, None), (0, 98304)):
+        assumed = budget.kv_floor(ctx, cell)
+        assert assumed.value == budget.DEFAULT_KV_FLOOR_BYTES == GIB
+        assert assumed.steps[0].step == "one request's KV (assumed)"
+    engine = budget.kv_floor(32768, 98304, engine_bytes=5 * GIB, system="vllm")
+    assert engine.value == 5 * GIB and engine.steps[0].step == "KV for one max-length request (vLLM's own figure)"
+    assert budget.kv_floor(4096, 131072, system="vllm").steps[0].formula == "4096 tokens * 131072 bytes/token"
+    assert budget.kv_floor(None, None, system="vllm").steps[0].formula == "1 GiB: the log gives no per-token KV size"
+
+
+def test_halved_batch_size_is_a_multiple_of_8_from_16() -> None:
+    assert [budget.halved_batch_size(n) for n in (512, 160, 100, 24, 16, 15, 8, 2, 1)] == [256, 80, 48, 8, 8, 7, 4, 1, 1]
+
+
+def test_context_and_reserve_constants_live_in_budget() -> None:
+    from oomdoctor import plan
+
+    assert budget.CUDA_CONTEXT_BYTES == 600 * MIB and budget.NCCL_BYTES == 512 * MIB
+    assert not hasattr(plan, "CONTEXT_BYTES") and not hasattr(plan, "NCCL_BYTES")
+    # The least SGLang reserve below 60 GiB is the smaller of its two eras' formulas, the same ones its
+    # auto-tune applies: on a 24 GiB card at TP=1 Era B's tier gives 2.9 GiB, the current era 6.4 GiB.
+    era_b = budget.sglang_autotune_mfs(24 * GIB, era="B")
+    assert era_b.steps[1].value == pytest.approx((2.8 + 0.1) * 1024)
+    assert budget.sglang_min_activation_reserve_bytes(24 * GIB).value == round(era_b.steps[1].value * MIB)
+    big = budget.sglang_autotune_mfs(80 * GIB, chunked_prefill_size=2048, cuda_graph_max_bs=8)
+    assert [s.step for s in big.steps][-2] == "big-GPU floor (MiB)" and big.steps[-2].formula == "max(reserve, 10*1024) on cards over 60 GiB"

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from oomdoctor import allocator, procinfo, smi
+from oomdoctor.cli import _exit_code
 from oomdoctor.collect import collect
-from oomdoctor.errors import InputError
+from oomdoctor.errors import GpuEvidence, InputError
 
 import fakes
 from conftest import FIXTURES
@@ -24,7 +25,7 @@ GIB = 1 << 30
 
 def run(name: str, tmp_path: Path, logs: list[str] = ()):
     s = fakes.load(name)
-    manifest, code = collect(
+    manifest, evidence = collect(
         str(tmp_path / "b"),
         list(logs),
         nvml_module=fakes.FakeNvml(s),
@@ -35,7 +36,9 @@ def run(name: str, tmp_path: Path, logs: list[str] = ()):
         now=1764401000.0,
         containerized=s["containerized"],
     )
-    assert int(code) == s["expected_exit"]
+    # collect returns what it found, not an exit code; the CLI's one table maps it.
+    assert evidence is (GpuEvidence.AVAILABLE if manifest["gpu_evidence"]["unavailable"] is None else GpuEvidence.UNAVAILABLE)
+    assert int(_exit_code(evidence)) == s["expected_exit"]
     on_disk = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert on_disk == manifest
     return manifest

@@ -100,6 +100,39 @@ def test_missing_path(run_cli) -> None:
     assert "no such file" in _one_error_line(res.err)
 
 
+def test_missing_input_is_its_own_warning(run_cli, tmp_path: Path) -> None:
+    """A missing path beside a good log is listed under its own path, not as a warning of the good log."""
+    missing = tmp_path / "missing.log"
+    binary = tmp_path / "core.log"
+    binary.write_bytes(bytes(range(256)) * 400)
+    alone = run_cli("diagnose", str(SEED), "--format", "json")
+    res = run_cli("diagnose", str(SEED), str(missing), str(binary), "--format", "json")
+    assert res.code == alone.code == 3
+    inputs = res.json["inputs"]
+    assert inputs[0] == alone.json["inputs"][0] and inputs[0]["warnings"] == []
+    assert inputs[1] == {
+        "path": str(missing),
+        "kind": "missing",
+        "lines": 0,
+        "unparsed_lines": 0,
+        "compression": None,
+        "truncated": False,
+        "long_lines": 0,
+        "warnings": ["no such file or directory"],
+    }
+    assert (inputs[2]["path"], inputs[2]["kind"], inputs[2]["lines"]) == (str(binary), "unreadable", 0)
+    assert "binary" in inputs[2]["warnings"][0]
+    warnings = [line for line in res.err.splitlines() if line.strip()]
+    assert warnings[0] == f"oomdoctor: warning: {missing}: no such file or directory"
+    assert warnings[1].startswith(f"oomdoctor: warning: {binary}: looks like a binary file")
+    assert len(warnings) == 2 and str(SEED) not in res.err
+    # The verdict is the good log's; --bundle leaves the unread inputs out instead of failing on them.
+    assert res.json["verdict"] == alone.json["verdict"]
+    out = tmp_path / "b.zip"
+    bundled = run_cli("diagnose", str(SEED), str(missing), "--bundle", str(out))
+    assert bundled.code == 3 and out.is_file()
+
+
 def test_directory_without_logs(run_cli, tmp_path: Path) -> None:
     (tmp_path / "x.pickle").write_bytes(b"1")
     res = run_cli("diagnose", str(tmp_path))
@@ -183,6 +216,27 @@ def test_main_entry_exit_codes() -> None:
     assert r.returncode == 5 and r.stderr.startswith("oomdoctor: error:")
     assert _run_module("--help").returncode == 0
     assert "Exit codes" in _run_module("diagnose", "--help").stdout
+
+
+def test_typed_errors_and_outcomes_map_to_documented_exit_codes() -> None:
+    """Library code raises typed errors and returns typed outcomes; the CLI alone picks the codes."""
+    import click
+
+    from oomdoctor.cli import _exit_code
+    from oomdoctor.errors import GpuEvidence, GpuNotFound, InputError, OomdoctorError, OutputError, PlanFit, RuleError, UsageError
+    from oomdoctor.gpus import find_gpu
+
+    with pytest.raises(GpuNotFound, match="unknown GPU 'Z80'"):
+        find_gpu("Z80")
+    assert not hasattr(GpuNotFound("x"), "exit_code")
+    assert _exit_code(GpuNotFound("x")) == 2 and _exit_code(UsageError("x")) == 2 and _exit_code(click.UsageError("x")) == 2
+    assert _exit_code(InputError("x")) == _exit_code(RuleError("x")) == _exit_code(OutputError("x")) == 5
+    assert _exit_code(OomdoctorError("x")) == _exit_code(ValueError("x")) == 1
+    assert _exit_code(KeyboardInterrupt()) == _exit_code(click.Abort()) == 130
+    assert _exit_code(GpuEvidence.AVAILABLE) == 0 and _exit_code(GpuEvidence.UNAVAILABLE) == 5
+    assert _exit_code(PlanFit.FITS) == 0 and _exit_code(PlanFit.DOES_NOT_FIT) == 3
+    r = _run_module("plan", "--model", "/nonexistent", "--gpu", "Z80")
+    assert r.returncode == 2 and r.stderr.startswith("oomdoctor: error: unknown GPU 'Z80'")
 
 
 def test_diagnose_imports_neither_torch_nor_pynvml() -> None:

@@ -1,0 +1,68 @@
+"""Runs: one definition of a run start (runs.RunSegmenter), used by split_runs and the event store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oomdoctor.diagnosis import read_events
+from oomdoctor.evidence import Event, LineRef
+from oomdoctor.inputs import InputStats
+from oomdoctor.parsers import sglang as sg
+from oomdoctor.parsers import vllm as vl
+from oomdoctor.runs import RunSegmenter, split_runs
+
+from conftest import FIXTURES
+
+# A vLLM v0 start-up that fails: one engine config line (no args line), then the KV error.
+VLLM_ENGINE_ONLY = FIXTURES / "vllm-startup-kv" / "pos_v0_max_seq_len.log"
+
+
+def _event(kind: str, line: int) -> Event:
+    return Event(kind, (LineRef(path="x.log", line=line, text=kind),), {})
+
+
+def test_segmenter_run_starts() -> None:
+    kinds = [
+        "other",
+        vl.KIND_ENGINE_CONFIG,  # first engine config of the input: run 1 itself, not a new run
+        "other",
+        vl.KIND_ENGINE_CONFIG,  # a second engine config: a restart
+        vl.KIND_ARGS,  # args: a restart
+        vl.KIND_ENGINE_CONFIG,  # the engine config right after its args: the same run
+        sg.KIND_SERVER_ARGS,  # a restart
+    ]
+    seg = RunSegmenter()
+    starts = [seg.feed(k) for k in kinds]
+    assert starts == [False, False, False, True, True, False, True]
+    assert seg.number == 4
+    runs = split_runs([[_event(k, i + 1) for i, k in enumerate(kinds)]])
+    assert [len(r.events) for r in runs] == [3, 1, 2, 1]
+
+
+def test_first_start_line_is_not_a_new_run() -> None:
+    seg = RunSegmenter()
+    assert seg.feed(sg.KIND_SERVER_ARGS) is True and seg.number == 1
+    assert seg.feed(sg.KIND_SERVER_ARGS) is True and seg.number == 2
+
+
+def test_engine_config_crash_loop_is_compacted_and_lists_every_incident(run_cli, tmp_path: Path) -> None:
+    restarts = 100  # more than the 64 runs (+ the one being read) the store keeps whole
+    crash = VLLM_ENGINE_ONLY.read_text()
+    log = tmp_path / "crashloop.log"
+    log.write_text(crash * restarts)
+    one = read_events(str(VLLM_ENGINE_ONLY), InputStats(path=str(VLLM_ENGINE_ONLY)))
+    events = read_events(str(log), InputStats(path=str(log)))
+    # Old runs are slimmed: the 65 newest keep every event, older ones their start line and OOM. The
+    # first run has no start line before it (its engine config is the first) and stays whole too.
+    assert len(events) < restarts * len(one)
+    assert len(events) <= 66 * len(one) + (restarts - 66) * 2
+    engine = [e for e in events if e.kind == vl.KIND_ENGINE_CONFIG]
+    assert len(engine) == restarts
+    assert len([e for e in engine if len(e.ref.text) > 160]) == 66
+    # split_runs cuts the slimmed events where it cuts the whole log.
+    assert len(split_runs([events])) == restarts
+    d = run_cli("diagnose", str(log), "--format", "json").json
+    assert len(d["incidents"]) == restarts
+    single = run_cli("diagnose", str(VLLM_ENGINE_ONLY), "--format", "json").json
+    assert {i["class"] for i in d["incidents"]} == {single["verdict"]["class"]}
+    assert d["verdict"]["class"] == single["verdict"]["class"]
