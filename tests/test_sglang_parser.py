@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from oomdoctor.evidence import Line, LineRef
+from oomdoctor.parsers import captures
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.units import GIB
 
@@ -129,3 +130,30 @@ def test_hard_wrapped_server_args_are_joined() -> None:
 def test_omni_stage_lines() -> None:
     e = one("sglang_ar_startup stage=thinker gpu_id=0 tp_rank=0/1 context_length=8192 total_gpu_memory_fraction=None effective_total_gpu_memory_fraction=None mem_fraction_static=0.824 encoder_mem_reserve=0.05 pre_load_avail_mem=78.4 pid=41233 pre_load_process_mem=0.52GiB")
     assert (e.get("step"), e.get("stage"), e.get("mem_fraction_static"), e.get("encoder_mem_reserve"), e.get("pre_load_avail_mem")) == ("startup", "thinker", 0.824, 0.05, 78.4)
+
+
+def test_every_pattern_names_every_group_with_a_unit() -> None:
+    patterns = [p for _, p, _ in sg._SIMPLE] + [sg._UNBALANCED_NUMS_RE, sg._ARG_RE, sg._OMNI_KV_RE]
+    for pattern in patterns:
+        compiled = pattern.compiled
+        assert compiled.groups == len(compiled.groupindex), pattern.source
+        captures.check_source(compiled.pattern)
+
+
+@pytest.mark.parametrize(
+    "text, kind, values",
+    [
+        ("  2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)", sg.KIND_CAPTURE_ADVICE, {"decode_flag": True}),
+        ("Possible solutions:", sg.KIND_CAPTURE_ADVICE, {"decode_flag": False}),
+        ("SimpleScheduler: compute_fn failed for req-7", sg.KIND_OMNI_ENCODER_FAIL, {"request_id": "req-7"}),
+        ("Worker: request req-9 failed: CUDA out of memory", sg.KIND_OMNI_ENCODER_FAIL, {"request_id": "req-9"}),
+        ("OmniEngine overlap step failed", sg.KIND_OMNI_ENCODER_FAIL, {"request_id": None}),
+        ("Capture cuda graph begin. This can take up to several minutes.", sg.KIND_GRAPH_BEGIN, {"role": None, "phase": None, "avail_bytes": None}),
+        ("Prefill out of memory. Try to lower your batch size.", sg.KIND_KV_ALLOC_FAIL, {"which": "prefill"}),
+        ("Out of memory. This should never happen.", sg.KIND_KV_ALLOC_FAIL, {"which": "any"}),
+        ("alloc_req_slots runs out of memory. Please set a smaller number for `--max-running-requests`.", sg.KIND_REQ_SLOTS_FAIL, {}),
+    ],
+)
+def test_whole_values_of_shaped_kinds(text: str, kind: str, values: dict) -> None:
+    e = one(text)
+    assert (e.kind, e.values) == (kind, values)

@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
 from oomdoctor.evidence import Line, LineRef
+from oomdoctor.parsers import captures, torch_oom
+from oomdoctor.parsers.captures import SUFFIXES, CaptureNameError, named, present, typed
 from oomdoctor.parsers.torch_oom import KIND_DRIVER_OOM, KIND_HOST_OOM, KIND_OOM, TorchParser, classify_frames, parse_oom_message
 from oomdoctor.units import GIB, MIB
+
+# parse_oom_message's patterns: every capture group named <key>_<suffix> (oomdoctor/parsers/captures.py).
+ALLOCATOR_PATTERNS = (
+    "_OOM_START_RE",
+    "_REQUESTED_RE",
+    "_ERA2_RE",
+    "_ERA0_RE",
+    "_PROCESS_RE",
+    "_ALLOWED_RE",
+    "_ALLOCATED_RE",
+    "_PRIVATE_RE",
+    "_UNALLOCATED_RE",
+)
 
 
 def feed(lines: list[str]) -> list:
@@ -142,3 +161,69 @@ def test_stage_from_frames() -> None:
     assert classify_frames((("x/mm_utils.py", "general_mm_embed_routine"), ("x/qwen2.py", "forward")))[0] == "forward"
     assert classify_frames((("x/mm_utils.py", "embed_mm_inputs"), ("x/qwen2_5_vl.py", "get_image_feature")))[0] == "encoder"
     assert classify_frames(())[0] == "unknown"
+
+
+def test_typed_converts_each_suffix_by_name() -> None:
+    pattern = re.compile(
+        r"a=(?P<avail_gib>\S+) r=(?P<reserve_mib>\S+) s=(?P<req_size>\d+ \w+) b=(?P<kv_bytes>\d+) n=(?P<tokens_n>[\d,]+)"
+        r" f=(?P<mem_fraction_f>\S+) m=(?P<model_str>\S+)(?P<decode_flag> -decode)?"
+    )
+    m = pattern.search("a=1.5 r=512 s=2 GiB b=4096 n=1,048,576 f=0.85 m=Qwen/Qwen3-8B -decode")
+    assert m is not None
+    assert typed(m) == {
+        "avail_bytes": round(1.5 * GIB),
+        "reserve_bytes": 512 * MIB,
+        "req_bytes": 2 * GIB,
+        "kv_bytes": 4096,
+        "tokens": 1048576,
+        "mem_fraction": 0.85,
+        "model": "Qwen/Qwen3-8B",
+        "decode": True,
+    }
+
+
+def test_typed_absent_optional_group_is_none_and_flag_false() -> None:
+    pattern = re.compile(r"avail=(?P<avail_gib>\d+)(?:, usage=(?P<usage_gib>\d+))?(?P<decode_flag>-decode)?")
+    m = pattern.search("avail=3")
+    assert m is not None
+    assert typed(m) == {"avail_bytes": 3 * GIB, "usage_bytes": None, "decode": False}
+    assert present(typed(m)) == {"avail_bytes": 3 * GIB, "decode": False}
+
+
+def test_typed_size_implausible_is_none_and_reported() -> None:
+    m = re.compile(r"of (?P<capacity_size>\S+ \w+) free (?P<free_size>\S+ \w+) bad (?P<odd_size>\S+ \w+)").search("of 16777216.00 TiB free 1.00 GiB bad 3 parsecs")
+    assert m is not None
+    found: dict[str, str] = {}
+    assert typed(m, found) == {"capacity_bytes": None, "free_bytes": GIB, "odd_bytes": None}
+    assert found == {"capacity_bytes": "16777216.00 TiB"}
+
+
+def test_group_without_a_known_suffix_is_rejected() -> None:
+    # At declaration (import time of the parser module) for a named group ...
+    with pytest.raises(CaptureNameError, match="avail"):
+        named("avail", r"avail mem=(?P<avail>\d+)")
+    with pytest.raises(CaptureNameError, match="_gib"):
+        named("avail", r"avail mem=(?P<_gib>\d+)")
+    assert named("avail", r"avail mem=(?P<avail_gib>\d+)").search("avail mem=2") is not None
+    # ... and at the first conversion for an unnamed one (or a pattern built without named()).
+    m = re.compile(r"avail mem=(\d+)").search("avail mem=2")
+    assert m is not None
+    with pytest.raises(CaptureNameError, match="unnamed"):
+        typed(m)
+    m = re.compile(r"avail mem=(?P<avail_gb>\d+)").search("avail mem=2")
+    assert m is not None
+    with pytest.raises(CaptureNameError, match="avail_gb"):
+        typed(m)
+
+
+def test_suffix_vocabulary_is_documented() -> None:
+    doc = captures.__doc__ or ""
+    for suffix in SUFFIXES:
+        assert f"``{suffix}``" in doc
+
+
+def test_allocator_patterns_name_every_group() -> None:
+    for name in ALLOCATOR_PATTERNS:
+        compiled = getattr(torch_oom, name).compiled
+        assert compiled.groups == len(compiled.groupindex), name
+        captures.check_source(compiled.pattern)

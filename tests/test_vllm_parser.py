@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from oomdoctor.evidence import Line, LineRef
+from oomdoctor.parsers import captures
 from oomdoctor.parsers import vllm as vl
 from oomdoctor.units import GIB
 
@@ -89,3 +90,36 @@ def test_startup_errors() -> None:
 def test_preemption_warning() -> None:
     e = one("Sequence group 0 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption=51")
     assert (e.kind, e.get("mode"), e.get("cumulative")) == (vl.KIND_PREEMPT, "RECOMPUTE", 51)
+
+
+def test_every_pattern_names_every_group_with_a_unit() -> None:
+    patterns = [p for _, p, _ in vl._PATTERNS] + [vl._DICT_ITEM_RE, vl._CONFIG_ITEM_RE, vl._CAPTURE_SIZES_RE, vl._MAX_CAPTURE_RE]
+    for pattern in patterns:
+        compiled = pattern.compiled
+        assert compiled.groups == len(compiled.groupindex), pattern.source
+        captures.check_source(compiled.pattern)
+
+
+@pytest.mark.parametrize(
+    "text, values",
+    [
+        ("Model loading took 14.9888 GiB and 13.2 seconds", {"weights_bytes": g(14.9888), "era": "V1"}),
+        ("Loading model weights took 14.99 GB", {"weights_bytes": g(14.99), "era": "V0"}),
+        (
+            "AssertionError: Error in memory profiling. Initial free memory 70.5 GiB, current free memory 71.25 GiB. This happens when",
+            {"initial_free_bytes": g(70.5), "current_free_bytes": g(71.25)},
+        ),
+        (
+            "AssertionError: Error in memory profiling. Initial free memory 75698733056, current free memory 76501024768.5",
+            {"initial_free_bytes": 75698733056, "current_free_bytes": 76501024768},
+        ),
+        ("the estimated maximum model length is 34480.", {"estimated_max_len": 34480}),
+        ("Initial free memory 78.50 GiB; ", {"free_at_start_bytes": g(78.5)}),
+        (
+            "Initial free memory: 78.50 GiB, Requested memory: 0.9 (util), 71.27 GiB",
+            {"free_at_start_bytes": g(78.5), "gpu_memory_utilization": 0.9, "requested_bytes": g(71.27)},
+        ),
+    ],
+)
+def test_whole_values_of_shaped_kinds(text: str, values: dict) -> None:
+    assert one(text).values == values

@@ -7,13 +7,12 @@ alternative per era where the wording changed. SGLang prints "GB" but divides by
 from __future__ import annotations
 
 import ast
-import re
+from collections.abc import Callable
 from typing import Any
 
 from oomdoctor.evidence import Event, Line
+from oomdoctor.parsers.captures import NUM, named, present, typed
 from oomdoctor.patterns import LazyRegex, lazy
-from oomdoctor.units import optional_gib_to_bytes as _gib
-from oomdoctor.units import optional_number as _num
 
 KIND_SERVER_ARGS = "server_args"
 KIND_INIT_DIST_END = "init_dist_end"
@@ -87,92 +86,204 @@ ANCHORS: tuple[bytes, ...] = (
     b"graph end",
 )
 
-_F = r"(-?\d+(?:\.\d+)?)"
+_F = NUM
 
-_SIMPLE: tuple[tuple[str, LazyRegex], ...] = (
-    (KIND_INIT_DIST_END, lazy('Init torch distributed ends', rf"Init torch distributed ends\.(?: elapsed={_F} s,)? mem usage={_F}")),
-    (KIND_LOAD_BEGIN, lazy('Load weight begin', rf"Load weight begin\. avail mem={_F} ?GB")),
+_Shape = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _load_end(v: dict[str, Any]) -> dict[str, Any]:
+    values = {"model_type": v["model_type"], "avail_bytes": v["avail_bytes"], "era": "V-c/d" if v["elapsed"] is not None else "V-a/b"}
+    if v["mem_usage_bytes"] is not None:
+        values["mem_usage_bytes"] = v["mem_usage_bytes"]
+    return values
+
+
+def _kv_allocated(v: dict[str, Any]) -> dict[str, Any]:
+    values = {"dtype": v["dtype"]}
+    if v["tokens"] is not None:
+        values["tokens"] = v["tokens"]
+    if v["kv_bytes"] is not None:
+        values["kv_bytes"] = v["kv_bytes"]
+        values["layout"] = "mla"
+    else:
+        values["kv_bytes"] = (v["k_bytes"] or 0) + (v["v_bytes"] or 0)
+        values["layout"] = "mha"
+    return values
+
+
+def _capture_failed(v: dict[str, Any]) -> dict[str, Any]:
+    reason = v["reason"] or ""
+    low = reason.lower()
+    return {
+        "reason": reason[:500],
+        "is_oom": any(s in low for s in ("out of memory", "cublas_status_alloc_failed", "cublas_status_not_initialized", "outofmemory")),
+        "custom_all_reduce": any(s in low for s in ("custom_all_reduce", "custom all-reduce", "cudaipc")),
+    }
+
+
+def _omni_stage(v: dict[str, Any]) -> dict[str, Any]:
+    fields = {m.group("key_str"): m.group("value_str") for m in _OMNI_KV_RE.finditer(v["rest"])}
+    values: dict[str, Any] = {"step": v["step"], "stage": v["stage"]}
+    for key in ("mem_fraction_static", "encoder_mem_reserve", "pre_load_avail_mem", "post_load_avail_mem"):
+        raw = fields.get(key)
+        try:
+            values[key] = float(raw) if raw not in (None, "None") else None
+        except ValueError:
+            values[key] = None
+    return values
+
+
+# (kind, pattern, shape): the first pattern found in a line makes its event. Values are ``typed(match)``
+# (each group's name says its unit and output key, see captures.py), passed through ``shape`` when the
+# kind needs more than that: ``present`` drops the keys of optional clauses the line lacks.
+_SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
+    (KIND_INIT_DIST_END, named('Init torch distributed ends', rf"Init torch distributed ends\.(?: elapsed={_F} s,)? mem usage=(?P<mem_usage_gib>{_F})"), None),
+    (KIND_LOAD_BEGIN, named('Load weight begin', rf"Load weight begin\. avail mem=(?P<avail_gib>{_F}) ?GB"), None),
     (
         KIND_LOAD_END,
-        lazy('Load weight end', rf"Load weight end\.(?: elapsed={_F} s,)? type=(?P<type>[\w.]+),.*?avail mem={_F} ?GB(?:, mem usage={_F} ?GB)?"),
+        named('Load weight end',
+            rf"Load weight end\.(?: elapsed=(?P<elapsed_f>{_F}) s,)? type=(?P<model_type_str>[\w.]+),.*?avail mem=(?P<avail_gib>{_F}) ?GB"
+            rf"(?:, mem usage=(?P<mem_usage_gib>{_F}) ?GB)?"
+        ),
+        _load_end,
     ),
     (
         KIND_KV_ALLOCATED,
-        lazy('Cache is allocated',
-            rf"KV Cache is allocated\.(?: dtype: (?P<dtype>[\w.]+),)?(?: #tokens: (?P<tokens>\d+),)? "
-            rf"(?:K size: (?P<k>{_F[1:-1]}) GB, V size: (?P<v>{_F[1:-1]}) GB|KV size: (?P<kv>{_F[1:-1]}) GB)"
+        named('Cache is allocated',
+            rf"KV Cache is allocated\.(?: dtype: (?P<dtype_str>[\w.]+),)?(?: #tokens: (?P<tokens_n>\d+),)? "
+            rf"(?:K size: (?P<k_gib>{_F}) GB, V size: (?P<v_gib>{_F}) GB|KV size: (?P<kv_gib>{_F}) GB)"
         ),
+        _kv_allocated,
     ),
-    (KIND_POOL_END, lazy('Memory pool end', rf"Memory pool end\. avail mem={_F} ?GB")),
+    (KIND_POOL_END, named('Memory pool end', rf"Memory pool end\. avail mem=(?P<avail_gib>{_F}) ?GB"), None),
     (
         KIND_GRAPH_BEGIN,
-        lazy('graph begin', rf"Capture (?:(?P<role>target|draft) (?P<phase>\w+) )?(?:\w+ )?(?:cuda|CUDA|npu) graph begin\.(?:.*?avail mem={_F} ?GB)?"),
+        named('graph begin',
+            rf"Capture (?:(?P<role_str>target|draft) (?P<phase_str>\w+) )?(?:\w+ )?(?:cuda|CUDA|npu) graph begin\.(?:.*?avail mem=(?P<avail_gib>{_F}) ?GB)?"
+        ),
+        None,
     ),
     (
         KIND_GRAPH_END,
-        lazy('graph end', rf"Capture (?:(?P<role>target|draft) (?P<phase>\w+) )?(?:\w+ )?(?:cuda|CUDA|npu) graph end\.(?:.*?mem usage={_F} ?GB.*?avail mem={_F} ?GB)?"),
+        named('graph end',
+            rf"Capture (?:(?P<role_str>target|draft) (?P<phase_str>\w+) )?(?:\w+ )?(?:cuda|CUDA|npu) graph end\."
+            rf"(?:.*?mem usage=(?P<mem_usage_gib>{_F}) ?GB.*?avail mem=(?P<avail_gib>{_F}) ?GB)?"
+        ),
+        None,
     ),
-    (KIND_GRAPH_BAR, lazy('Capturing batches', rf"Capturing batches \((?:bs|num_tokens)=(\d+) avail_mem={_F} ?GB\)")),
+    (KIND_GRAPH_BAR, named('Capturing batches', rf"Capturing batches \((?:bs|num_tokens)=(?P<bs_n>\d+) avail_mem=(?P<avail_gib>{_F}) ?GB\)"), None),
     (
         KIND_SUMMARY,
-        lazy('max_total_num_tokens=',
-            r"max_total_num_tokens=(?P<tokens>\d+), (?:chunked_prefill_size=(?P<chunk>-?\d+), )?max_prefill_tokens=(?P<prefill>\d+), "
-            rf"max_running_requests=(?P<running>\d+), context_len=(?P<ctx>\d+)(?:, available_gpu_mem=(?P<avail>{_F[1:-1]}) ?GB)?"
+        named('max_total_num_tokens=',
+            r"max_total_num_tokens=(?P<max_total_num_tokens_n>\d+), (?:chunked_prefill_size=(?P<chunked_prefill_size_n>-?\d+), )?"
+            r"max_prefill_tokens=(?P<max_prefill_tokens_n>\d+), max_running_requests=(?P<max_running_requests_n>\d+), "
+            rf"context_len=(?P<context_len_n>\d+)(?:, available_gpu_mem=(?P<available_gpu_mem_gib>{_F}) ?GB)?"
         ),
+        present,
     ),
-    (KIND_READY, lazy('fired up', r"The server is fired up and ready to roll")),
+    (KIND_READY, named('fired up', r"The server is fired up and ready to roll"), None),
     (
         KIND_NOT_ENOUGH,
-        lazy('Not enough memory', rf"Not enough memory\. Please try to increase --mem-fraction-static\.?(?: Current value: (?:self\.server_args\.)?mem_fraction_static={_F})?"),
+        named('Not enough memory',
+            r"Not enough memory\. Please try to increase --mem-fraction-static\.?"
+            rf"(?: Current value: (?:self\.server_args\.)?mem_fraction_static=(?P<mem_fraction_static_f>{_F}))?"
+        ),
+        present,
     ),
     (
         KIND_NO_KV,
-        lazy('Loaded weights leave',
-            rf"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={_F}\.?"
-            rf"(?: Raise --mem-fraction-static above {_F} \(minimum viable = 1 - available/pre = {_F}\))?"
+        named('Loaded weights leave',
+            rf"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=(?P<mem_fraction_static_f>{_F})\.?"
+            rf"(?: Raise --mem-fraction-static above (?P<suggested_mem_fraction_static_f>{_F}) "
+            rf"\(minimum viable = 1 - available/pre = (?P<minimum_viable_f>{_F})\))?"
         ),
+        present,
     ),
-    (KIND_HYBRID_NOT_ENOUGH, lazy(None, r"Not enough GPU memory for hybrid|state cache is too small to serve any requests")),
-    (KIND_PROFILED_NEGATIVE, lazy('profiled value', r"max_total_tokens=(\d+) is larger than the profiled value (-?\d+)")),
+    (KIND_HYBRID_NOT_ENOUGH, named(None, r"Not enough GPU memory for hybrid|state cache is too small to serve any requests"), None),
+    (
+        KIND_PROFILED_NEGATIVE,
+        named('profiled value', r"max_total_tokens=(?P<requested_tokens_n>\d+) is larger than the profiled value (?P<profiled_tokens_n>-?\d+)"),
+        None,
+    ),
     (
         KIND_LEGACY_PROFILE,
-        lazy('Memory profiling:', rf"Memory profiling: available_gpu_memory={_F} GB, total_gpu_memory={_F} GB, mem_fraction_static={_F}, rest_memory={_F} GB"),
+        named('Memory profiling:',
+            rf"Memory profiling: available_gpu_memory=(?P<post_gib>{_F}) GB, total_gpu_memory=(?P<pre_gib>{_F}) GB, "
+            rf"mem_fraction_static=(?P<mem_fraction_static_f>{_F}), rest_memory=(?P<rest_gib>{_F}) GB"
+        ),
+        None,
     ),
-    (KIND_CAPTURE_FAILED, lazy('failed', r"(?:Capture cuda graph failed|CUDA graph capture failed|Breakable CUDA graph failed)[.:]? ?(?P<reason>.*)")),
+    (
+        KIND_CAPTURE_FAILED,
+        named('failed', r"(?:Capture cuda graph failed|CUDA graph capture failed|Breakable CUDA graph failed)[.:]? ?(?P<reason_str>.*)"),
+        _capture_failed,
+    ),
     (
         KIND_RETRACT,
-        lazy('#retracted_reqs', r"(?:KV cache pool is full\. Retract requests\. |[Dd]ecode out of memory happened[.,] )#retracted_reqs: (\d+)"),
+        named('#retracted_reqs', r"(?:KV cache pool is full\. Retract requests\. |[Dd]ecode out of memory happened[.,] )#retracted_reqs: (?P<retracted_reqs_n>\d+)"),
+        None,
     ),
-    (KIND_KV_ALLOC_FAIL, lazy('ut of memory. ', r"(?P<which>Prefill|Decode)? ?[Oo]ut of memory\. (?:Try to lower your batch size|This should never happen)")),
-    (KIND_KV_ALLOC_DETAIL, lazy(None, r"^\s*(?:Try to allocate (?P<want>\d+) tokens|Available (?:full )?tokens: (?P<avail>\d+))")),
+    (
+        KIND_KV_ALLOC_FAIL,
+        named('ut of memory. ', r"(?P<which_str>Prefill|Decode)? ?[Oo]ut of memory\. (?:Try to lower your batch size|This should never happen)"),
+        lambda v: {"which": (v["which"] or "any").lower()},
+    ),
+    (
+        KIND_KV_ALLOC_DETAIL,
+        named(None, r"^\s*(?:Try to allocate (?P<requested_tokens_n>\d+) tokens|Available (?:full )?tokens: (?P<available_tokens_n>\d+))"),
+        present,
+    ),
     (
         KIND_REQ_SLOTS_FAIL,
-        lazy(None, r"alloc_req_slots runs out of memory(?:.*?available_size\(\)=(?P<avail>\d+), num_reqs=(?P<reqs>\d+))?"),
+        named(None, r"alloc_req_slots runs out of memory(?:.*?available_size\(\)=(?P<available_slots_n>\d+), num_reqs=(?P<requested_slots_n>\d+))?"),
+        present,
     ),
-    (KIND_REQ_SLOTS_FAIL, lazy(None, r"No space left for only one request")),
-    (KIND_SCHED_EXC, lazy('hit an exception', r"(?P<who>Scheduler|DataParallelController|TpModelWorkerClient|DetokenizerManager) hit an exception")),
-    (KIND_SIGQUIT, lazy('sigquit', r"Received sigquit from a child process")),
-    (KIND_STRAGGLER, lazy("other ranks that didn't finish", r"TP rank (\d+) could finish the model loading, but there are other ranks that didn't finish loading")),
-    (KIND_OMNI_STAGE, lazy('sglang_ar_start', r"sglang_ar_(?P<step>startup|started) stage=(?P<stage>\w+)(?P<rest>.*)")),
+    (KIND_REQ_SLOTS_FAIL, named(None, r"No space left for only one request"), None),
+    (
+        KIND_SCHED_EXC,
+        named('hit an exception', r"(?P<who_str>Scheduler|DataParallelController|TpModelWorkerClient|DetokenizerManager) hit an exception"),
+        None,
+    ),
+    (KIND_SIGQUIT, named('sigquit', r"Received sigquit from a child process"), None),
+    (
+        KIND_STRAGGLER,
+        named("other ranks that didn't finish", r"TP rank (?P<tp_rank_n>\d+) could finish the model loading, but there are other ranks that didn't finish loading"),
+        None,
+    ),
+    (KIND_OMNI_STAGE, named('sglang_ar_start', r"sglang_ar_(?P<step_str>startup|started) stage=(?P<stage_str>\w+)(?P<rest_str>.*)"), _omni_stage),
     (
         KIND_OMNI_FLOOR,
-        lazy('safe floor', rf"(?:auto mem_fraction_static|colocated total_gpu_memory_fraction) {_F} minus encoder_mem_reserve {_F} = {_F} is below the safe floor"),
+        named('safe floor',
+            rf"(?:auto mem_fraction_static|colocated total_gpu_memory_fraction) (?P<auto_mem_fraction_static_f>{_F}) "
+            rf"minus encoder_mem_reserve (?P<encoder_mem_reserve_f>{_F}) = (?P<result_f>{_F}) is below the safe floor"
+        ),
+        None,
     ),
-    (KIND_OMNI_ENCODER_FAIL, lazy(None, r"SimpleScheduler: compute_fn failed for (?P<rid>\S+)|Worker: request (?P<rid2>\S+) failed|OmniEngine (?:overlap )?step failed")),
-    (KIND_MM_CACHE_FULL, lazy('embedding cache is full', r"Multimodal embedding cache is full")),
-    (KIND_MM_RESERVE, lazy('post-sizing multimodal', rf"Reserving {_F} GB of the KV budget for post-sizing multimodal")),
+    (
+        KIND_OMNI_ENCODER_FAIL,
+        named(None,
+            r"SimpleScheduler: compute_fn failed for (?P<request_id_str>\S+)|Worker: request (?P<worker_request_id_str>\S+) failed"
+            r"|OmniEngine (?:overlap )?step failed"
+        ),
+        lambda v: {"request_id": v["request_id"] or v["worker_request_id"]},
+    ),
+    (KIND_MM_CACHE_FULL, named('embedding cache is full', r"Multimodal embedding cache is full"), None),
+    (KIND_MM_RESERVE, named('post-sizing multimodal', rf"Reserving (?P<reserve_gib>{_F}) GB of the KV budget for post-sizing multimodal"), None),
     # The fixed "Possible solutions:" block after a capture failure; it names this version's flags.
     (
         KIND_CAPTURE_ADVICE,
-        lazy(None,
-            r"(?:Possible solutions:|^\s*\d\. (?:set --mem-fraction-static|set --cuda-graph-max-bs(?P<decode>-decode)?|disable (?:decode )?(?:cuda|CUDA) graph|disable torch compile|set --piecewise)"
+        named(None,
+            # decode_flag_flag: the output key decode_flag, a _flag (whether "-decode" was printed).
+            r"(?:Possible solutions:|^\s*\d\. (?:set --mem-fraction-static|set --cuda-graph-max-bs(?P<decode_flag_flag>-decode)?"
+            r"|disable (?:decode )?(?:cuda|CUDA) graph|disable torch compile|set --piecewise)"
             r"|Open an issue on GitHub|This is not an out-of-memory error)"
         ),
+        None,
     ),
 )
 
 _UNBALANCED_RE = lazy("memory capacity is unbalanced", r"The memory capacity is unbalanced")
-_UNBALANCED_NUMS_RE = lazy("min_per_gpu_memory=", rf"min_per_gpu_memory={_F}(?: ?GB)?, local_gpu_memory={_F}")
+_UNBALANCED_NUMS_RE = named("min_per_gpu_memory=", rf"min_per_gpu_memory=(?P<min_free_gib>{_F})(?: ?GB)?, local_gpu_memory=(?P<local_free_gib>{_F})")
 
 # server_args keys the budget and advice need; anything else stays in the raw text.
 _ARG_KEYS = (
@@ -202,8 +313,8 @@ _ARG_KEYS = (
     "disable_radix_cache",
     "device",
 )
-_ARG_RE = lazy("=", r"(?<![\w.])(" + "|".join(_ARG_KEYS) + r")=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[\w.+-]+)")
-_OMNI_KV_RE = lazy("=", r"(\w+)=(\S+)")
+_ARG_RE = named("=", r"(?<![\w.])(?P<key_str>" + "|".join(_ARG_KEYS) + r")=(?P<value_str>'(?:[^'\\]|\\.)*'|\"[^\"]*\"|[\w.+-]+)")
+_OMNI_KV_RE = named("=", r"(?P<key_str>\w+)=(?P<value_str>\S+)")
 
 
 def parse_server_args(text: str) -> dict[str, Any]:
@@ -214,7 +325,7 @@ def parse_server_args(text: str) -> dict[str, Any]:
     """
     args: dict[str, Any] = {}
     for m in _ARG_RE.finditer(text):
-        key, raw = m.group(1), m.group(2)
+        key, raw = m.group("key_str"), m.group("value_str")
         if key in args:
             continue
         try:
@@ -265,126 +376,17 @@ class SGLangParser:
 
         if _UNBALANCED_RE.search(msg):
             nums = _UNBALANCED_NUMS_RE.search(msg)
-            values: dict[str, Any] = {}
-            if nums:
-                values = {"min_free_bytes": _gib(nums.group(1)), "local_free_bytes": _gib(nums.group(2))}
-            out.append(Event(KIND_UNBALANCED, (line.ref,), values))
+            out.append(Event(KIND_UNBALANCED, (line.ref,), typed(nums) if nums else {}))
             return out
 
-        for kind, pattern in _SIMPLE:
+        for kind, pattern, shape in _SIMPLE:
             m = pattern.search(msg)
             if m is None:
                 continue
-            found = self._values(kind, m)
-            if found is None:
-                continue
-            out.append(Event(kind, (line.ref,), found))
+            values = typed(m)
+            out.append(Event(kind, (line.ref,), values if shape is None else shape(values)))
             break
         return out
-
-    @staticmethod
-    def _values(kind: str, m: re.Match[str]) -> dict[str, Any] | None:
-        g = m.groups()
-        if kind == KIND_INIT_DIST_END:
-            return {"mem_usage_bytes": _gib(g[1])}
-        if kind == KIND_LOAD_BEGIN:
-            return {"avail_bytes": _gib(g[0])}
-        if kind == KIND_LOAD_END:
-            values = {"model_type": m.group("type"), "avail_bytes": _gib(g[2]), "era": "V-c/d" if g[0] else "V-a/b"}
-            if g[3] is not None:
-                values["mem_usage_bytes"] = _gib(g[3])
-            return values
-        if kind == KIND_KV_ALLOCATED:
-            values = {"dtype": m.group("dtype")}
-            if m.group("tokens"):
-                values["tokens"] = int(m.group("tokens"))
-            if m.group("kv") is not None:
-                values["kv_bytes"] = _gib(m.group("kv"))
-                values["layout"] = "mla"
-            else:
-                values["kv_bytes"] = (_gib(m.group("k")) or 0) + (_gib(m.group("v")) or 0)
-                values["layout"] = "mha"
-            return values
-        if kind == KIND_POOL_END:
-            return {"avail_bytes": _gib(g[0])}
-        if kind == KIND_GRAPH_BEGIN:
-            return {"role": m.group("role"), "phase": m.group("phase"), "avail_bytes": _gib(g[2])}
-        if kind == KIND_GRAPH_END:
-            return {"role": m.group("role"), "phase": m.group("phase"), "mem_usage_bytes": _gib(g[2]), "avail_bytes": _gib(g[3])}
-        if kind == KIND_GRAPH_BAR:
-            return {"bs": int(g[0]), "avail_bytes": _gib(g[1])}
-        if kind == KIND_SUMMARY:
-            values = {
-                "max_total_num_tokens": int(m.group("tokens")),
-                "max_prefill_tokens": int(m.group("prefill")),
-                "max_running_requests": int(m.group("running")),
-                "context_len": int(m.group("ctx")),
-            }
-            if m.group("chunk") is not None:
-                values["chunked_prefill_size"] = int(m.group("chunk"))
-            if m.group("avail") is not None:
-                values["available_gpu_mem_bytes"] = _gib(m.group("avail"))
-            return values
-        if kind == KIND_NOT_ENOUGH:
-            return {"mem_fraction_static": _num(g[0])} if g[0] else {}
-        if kind == KIND_NO_KV:
-            values = {"mem_fraction_static": _num(g[0])}
-            if g[1] is not None:
-                values["suggested_mem_fraction_static"] = _num(g[1])
-                values["minimum_viable"] = _num(g[2])
-            return values
-        if kind == KIND_PROFILED_NEGATIVE:
-            return {"requested_tokens": int(g[0]), "profiled_tokens": int(g[1])}
-        if kind == KIND_LEGACY_PROFILE:
-            return {
-                "post_bytes": _gib(g[0]),
-                "pre_bytes": _gib(g[1]),
-                "mem_fraction_static": _num(g[2]),
-                "rest_bytes": _gib(g[3]),
-            }
-        if kind == KIND_CAPTURE_FAILED:
-            reason = m.group("reason") or ""
-            low = reason.lower()
-            return {
-                "reason": reason[:500],
-                "is_oom": any(s in low for s in ("out of memory", "cublas_status_alloc_failed", "cublas_status_not_initialized", "outofmemory")),
-                "custom_all_reduce": any(s in low for s in ("custom_all_reduce", "custom all-reduce", "cudaipc")),
-            }
-        if kind == KIND_RETRACT:
-            return {"retracted_reqs": int(g[0])}
-        if kind == KIND_KV_ALLOC_FAIL:
-            return {"which": (m.group("which") or "any").lower()}
-        if kind == KIND_KV_ALLOC_DETAIL:
-            if m.group("want"):
-                return {"requested_tokens": int(m.group("want"))}
-            return {"available_tokens": int(m.group("avail"))}
-        if kind == KIND_REQ_SLOTS_FAIL:
-            if m.groupdict().get("avail"):
-                return {"available_slots": int(m.group("avail")), "requested_slots": int(m.group("reqs"))}
-            return {}
-        if kind == KIND_SCHED_EXC:
-            return {"who": m.group("who")}
-        if kind == KIND_STRAGGLER:
-            return {"tp_rank": int(g[0])}
-        if kind == KIND_OMNI_STAGE:
-            fields = dict(_OMNI_KV_RE.findall(m.group("rest")))
-            values = {"step": m.group("step"), "stage": m.group("stage")}
-            for key in ("mem_fraction_static", "encoder_mem_reserve", "pre_load_avail_mem", "post_load_avail_mem"):
-                raw = fields.get(key)
-                try:
-                    values[key] = float(raw) if raw not in (None, "None") else None
-                except ValueError:
-                    values[key] = None
-            return values
-        if kind == KIND_OMNI_FLOOR:
-            return {"auto_mem_fraction_static": _num(g[0]), "encoder_mem_reserve": _num(g[1]), "result": _num(g[2])}
-        if kind == KIND_OMNI_ENCODER_FAIL:
-            return {"request_id": m.group("rid") or m.group("rid2")}
-        if kind == KIND_CAPTURE_ADVICE:
-            return {"decode_flag": bool(m.group("decode"))}
-        if kind == KIND_MM_RESERVE:
-            return {"reserve_bytes": _gib(g[0])}
-        return {}
 
     def finish(self) -> list[Event]:
         return self._flush_args()

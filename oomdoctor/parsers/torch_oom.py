@@ -12,8 +12,8 @@ from collections import deque
 
 from oomdoctor import phase as phase_tables
 from oomdoctor.evidence import Event, Line, LineRef, ProcessUsage
+from oomdoctor.parsers.captures import named, typed
 from oomdoctor.patterns import LazyRegex, lazy
-from oomdoctor.units import UnitError, is_plausible_device_bytes, parse_size_bytes
 
 KIND_OOM = "torch_oom"
 KIND_DRIVER_OOM = "driver_oom"
@@ -44,26 +44,32 @@ ANCHORS: tuple[bytes, ...] = (
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
 
 # --- the allocator message -------------------------------------------------------------------
-_OOM_START_RE = lazy(None,
-    r"(?P<backend>CUDA|HIP|NPU|XPU|MLU)\s*out\s*of\s*memory\b|(?<![A-Za-z])Out\s*of\s*memory\.\s*Tried\s*to\s*allocate"
+_OOM_START_RE = named(None,
+    r"(?P<backend_str>CUDA|HIP|NPU|XPU|MLU)\s*out\s*of\s*memory\b|(?<![A-Za-z])Out\s*of\s*memory\.\s*Tried\s*to\s*allocate"
 )
 _OOM_COMPLETE_RE = lazy(None,
     r"reserved\s*by\s*PyTorch\s*but\s*unallocated|reserved\s*in\s*total\s*by\s*PyTorch\s*\)|\bcached\s*\)"
     r"|See\s*documentation|PYTORCH_(?:CUDA_)?ALLOC_CONF"
 )
-_REQUESTED_RE = lazy("allocate", rf"Tried\s*to\s*allocate\s*({_SIZE})")
-_ERA2_RE = lazy("free",
-    rf"(?:GPU|NPU|XPU|device)\s*(\d+)\s*has\s*a\s*total\s*capac(?:i)?ty\s*of\s*({_SIZE})\s*of\s*which\s*({_SIZE})\s*is\s*free"
+# Group names say unit and output key (captures.py): a *_size group is "2.00 GiB" read as capacity_bytes.
+_REQUESTED_RE = named("allocate", rf"Tried\s*to\s*allocate\s*(?P<requested_size>{_SIZE})")
+# Era 2 spells "capacity"; era 1 printed "capacty".
+_ERA2_RE = named("free",
+    rf"(?:GPU|NPU|XPU|device)\s*(?P<device_n>\d+)\s*has\s*a\s*total\s*capac(?P<era2_flag>i)?ty\s*of\s*(?P<capacity_size>{_SIZE})"
+    rf"\s*of\s*which\s*(?P<free_size>{_SIZE})\s*is\s*free"
 )
-_ERA0_RE = lazy("free",
-    rf"\(\s*(?:GPU|NPU|XPU)\s*(\d+)\s*;\s*({_SIZE})\s*total\s*capac(?:i)?ty\s*;\s*(?:({_SIZE})\s*already\s*allocated\s*;\s*)?"
-    rf"({_SIZE})\s*free\s*;\s*(?:({_SIZE})\s*allowed\s*;\s*)?({_SIZE})\s*(?:reserved\s*in\s*total\s*by\s*PyTorch|cached)"
+_ERA0_RE = named("free",
+    rf"\(\s*(?:GPU|NPU|XPU)\s*(?P<device_n>\d+)\s*;\s*(?P<capacity_size>{_SIZE})\s*total\s*capac(?:i)?ty\s*;\s*"
+    rf"(?:(?P<allocated_size>{_SIZE})\s*already\s*allocated\s*;\s*)?(?P<free_size>{_SIZE})\s*free\s*;\s*"
+    rf"(?:(?P<allowed_size>{_SIZE})\s*allowed\s*;\s*)?(?P<reserved_size>{_SIZE})\s*(?:reserved\s*in\s*total\s*by\s*PyTorch|cached)"
 )
-_PROCESS_RE = lazy("memory", rf"(?:Process\s*(\d+)|this\s*process)\s*has\s*({_SIZE})\s*memory\s*in\s*use")
-_ALLOWED_RE = lazy("allowed", rf"({_SIZE})\s*allowed\s*;")
-_ALLOCATED_RE = lazy("allocated", rf"Of\s*the\s*allocated\s*memory\s*({_SIZE})\s*is\s*allocated\s*by\s*PyTorch")
-_PRIVATE_RE = lazy("private", rf"with\s*({_SIZE})\s*allocated\s*in\s*private\s*pools")
-_UNALLOCATED_RE = lazy("unallocated", rf"and\s*({_SIZE})\s*is\s*reserved\s*by\s*PyTorch\s*but\s*unallocated")
+_PROCESS_RE = named("memory", rf"(?:Process\s*(?P<pid_n>\d+)|this\s*process)\s*has\s*(?P<used_size>{_SIZE})\s*memory\s*in\s*use")
+_ALLOWED_RE = named("allowed", rf"(?P<allowed_size>{_SIZE})\s*allowed\s*;")
+_ALLOCATED_RE = named("allocated", rf"Of\s*the\s*allocated\s*memory\s*(?P<allocated_size>{_SIZE})\s*is\s*allocated\s*by\s*PyTorch")
+_PRIVATE_RE = named("private", rf"with\s*(?P<private_pool_size>{_SIZE})\s*allocated\s*in\s*private\s*pools")
+_UNALLOCATED_RE = named("unallocated", rf"and\s*(?P<reserved_unallocated_size>{_SIZE})\s*is\s*reserved\s*by\s*PyTorch\s*but\s*unallocated")
+# The order parse_oom_message has always listed an era-0 message's implausible sizes in.
+_ERA0_IMPLAUSIBLE_ORDER = ("capacity_bytes", "free_bytes", "allocated_bytes", "reserved_bytes", "allowed_bytes")
 _EXC_RE = lazy(None, r"([A-Za-z_][\w.]*(?:Error|Exception))\s*(?::|\(\s*['\"])\s*(?:[\w ]+:\s*)?$")
 
 _WRAPPERS: tuple[tuple[str, LazyRegex], ...] = (
@@ -105,21 +111,6 @@ _TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
 _METHOD_RE = lazy("processing method", r"while processing method (\w+)")
 _FRAME_RE = lazy("File ", r'^\s*File "([^"]+)", line \d+, in ([\w<>.]+)')
 
-def _parse_size(text: str | None, implausible: list[str] | None = None) -> int | None:
-    if not text:
-        return None
-    try:
-        value = parse_size_bytes(text.replace(" ", ""))
-    except UnitError:
-        return None
-    if not is_plausible_device_bytes(value):
-        # NVML's NOT_AVAILABLE sentinel and misprints produce sizes no GPU has; flag, do not trust.
-        if implausible is not None:
-            implausible.append(text.strip())
-        return None
-    return value
-
-
 def _wrapper_of(text: str) -> str | None:
     return next((name for name, pattern in _WRAPPERS if pattern.search(text)), None)
 
@@ -152,57 +143,55 @@ def parse_oom_message(text: str) -> dict:
     values: dict = {}
     bad: list[str] = []
 
-    def size(text: str | None) -> int | None:
-        return _parse_size(text, bad)
+    def sizes(m: re.Match[str], order: tuple[str, ...] | None = None) -> dict:
+        # typed() with the implausible sizes (None in its values) listed in ``bad``.
+        found: dict[str, str] = {}
+        v = typed(m, found)
+        bad.extend(found[k] for k in (order or found) if k in found)
+        return v
 
     m = _OOM_START_RE.search(text)
-    values["backend"] = (m.group("backend") if m and m.group("backend") else "CUDA")
+    values["backend"] = (typed(m)["backend"] if m else None) or "CUDA"
     requested = _REQUESTED_RE.search(text)
     if requested:
-        values["requested_bytes"] = size(requested.group(1))
+        values.update(sizes(requested))
     era2 = _ERA2_RE.search(text)
     era0 = _ERA0_RE.search(text)
     if era2:
-        values["era"] = 2 if "capacity" in era2.group(0).replace(" ", "") else 1
-        values["device"] = int(era2.group(1))
-        values["capacity_bytes"] = size(era2.group(2))
-        values["free_bytes"] = size(era2.group(3))
+        v = sizes(era2)
+        values["era"] = 2 if v.pop("era2") else 1
+        values.update(v)  # device, capacity_bytes, free_bytes
     elif era0:
+        v = sizes(era0, _ERA0_IMPLAUSIBLE_ORDER)
         values["era"] = 0
-        values["device"] = int(era0.group(1))
-        values["capacity_bytes"] = size(era0.group(2))
-        values["free_bytes"] = size(era0.group(4))
-        allocated = size(era0.group(3))
-        reserved = size(era0.group(6))
+        values["device"] = v["device"]
+        values["capacity_bytes"] = v["capacity_bytes"]
+        values["free_bytes"] = v["free_bytes"]
+        allocated, reserved = v["allocated_bytes"], v["reserved_bytes"]
         if allocated is not None:
             values["allocated_bytes"] = allocated
         if reserved is not None:
             values["reserved_bytes"] = reserved
             if allocated is not None:
                 values["reserved_unallocated_bytes"] = max(reserved - allocated, 0)
-        if era0.group(5):
-            values["allowed_bytes"] = size(era0.group(5))
+        if era0.group("allowed_size"):
+            values["allowed_bytes"] = v["allowed_bytes"]  # None when implausible: then no other "allowed" is read
     processes: list[ProcessUsage] = []
     for pm in _PROCESS_RE.finditer(text):
-        used = size(pm.group(2))
-        if used is None:
+        p = sizes(pm)
+        if p["used_bytes"] is None:
             continue
-        processes.append(ProcessUsage(pid=int(pm.group(1)) if pm.group(1) else None, used_bytes=used, is_self=pm.group(1) is None))
+        processes.append(ProcessUsage(pid=p["pid"], used_bytes=p["used_bytes"], is_self=p["pid"] is None))
     if processes:
         values["processes"] = tuple(processes)
     if "allowed_bytes" not in values:
         allowed_m = _ALLOWED_RE.search(text)
         if allowed_m:
-            values["allowed_bytes"] = size(allowed_m.group(1))
-    allocated_m = _ALLOCATED_RE.search(text)
-    if allocated_m:
-        values["allocated_bytes"] = size(allocated_m.group(1))
-    private = _PRIVATE_RE.search(text)
-    if private:
-        values["private_pool_bytes"] = size(private.group(1))
-    unallocated = _UNALLOCATED_RE.search(text)
-    if unallocated:
-        values["reserved_unallocated_bytes"] = size(unallocated.group(1))
+            values.update(sizes(allowed_m))
+    for pattern in (_ALLOCATED_RE, _PRIVATE_RE, _UNALLOCATED_RE):
+        found = pattern.search(text)
+        if found:
+            values.update(sizes(found))
     values["wrapper"] = _wrapper_of(text)
     values["complete"] = bool(_OOM_COMPLETE_RE.search(text))
     if bad:

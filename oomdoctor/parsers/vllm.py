@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from typing import Any
 
 from oomdoctor.evidence import Event, Line
+from oomdoctor.parsers.captures import COUNT, NUM, named, present, typed
 from oomdoctor.patterns import LazyRegex, lazy
 from oomdoctor.units import gib_to_bytes
-from oomdoctor.units import optional_gib_to_bytes as _gib
-from oomdoctor.units import optional_number as _num
 
 KIND_ARGS = "vllm_args"
 KIND_ENGINE_CONFIG = "vllm_engine_config"
@@ -74,81 +74,188 @@ ANCHORS: tuple[bytes, ...] = (
     b"max_num_batched_tokens=",
 )
 
-_F = r"(-?\d+(?:\.\d+)?)"
-_N = r"(\d[\d,]*)"
+_F = NUM
+_N = COUNT
 
-_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
-    (KIND_ARGS, lazy('args', r"non-default args: (\{.*\})|^args: Namespace\((?P<ns>.*)\)")),
-    (KIND_ENGINE_CONFIG, lazy('LLM engine', r"Initializing an? (?:V1 )?LLM engine(?: \(v(?P<version>[\w.+-]+)\))? with config: (?P<rest>.*)")),
-    (KIND_WEIGHTS, lazy('took', rf"(?:Model loading took {_F} ?GiB|Loading model weights took {_F} ?GB)")),
+_Shape = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _args(v: dict[str, Any]) -> dict[str, Any]:
+    if v["namespace"] is not None:
+        return _config_values(v["namespace"], _CONFIG_ITEM_RE)
+    return _config_values(v["args_dict"], _DICT_ITEM_RE)
+
+
+def _engine_config(v: dict[str, Any]) -> dict[str, Any]:
+    values = _config_values(v["rest"], _CONFIG_ITEM_RE)
+    values["version"] = v["version"]
+    values["v1"] = v["v1"]
+    return values
+
+
+def _profile_assert(v: dict[str, Any]) -> dict[str, Any]:
+    # Printed in GiB since 2025; before that the numbers were bytes.
+    a, b = v["initial_free"], v["current_free"]  # both groups are required by the pattern
+    if v["initial_gib"] or v["current_gib"]:
+        return {"initial_free_bytes": gib_to_bytes(a), "current_free_bytes": gib_to_bytes(b)}
+    return {"initial_free_bytes": int(a), "current_free_bytes": int(b)}
+
+
+def _one_request(v: dict[str, Any]) -> dict[str, Any]:
+    if v["max_model_len"] is not None:
+        return {
+            "max_model_len": v["max_model_len"],
+            "needed_bytes": v["needed_bytes"],
+            "available_bytes": v["available_bytes"],
+            "estimated_max_len": v["estimated_max_len"],
+        }
+    if v["stored_max_model_len"] is not None:
+        return {"max_model_len": v["stored_max_model_len"], "kv_capacity_tokens": v["kv_capacity_tokens"]}
+    return {"estimated_max_len": v["cut_estimated_max_len"]}
+
+
+# (kind, pattern, shape): the first pattern found in a line makes its event. Values are ``typed(match)``
+# (each group's name says its unit and output key, see captures.py), passed through ``shape`` when the
+# kind needs more than that: ``present`` drops the keys of optional clauses the line lacks.
+_PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
+    (KIND_ARGS, named('args', r"non-default args: (?P<args_dict_str>\{.*\})|^args: Namespace\((?P<namespace_str>.*)\)"), _args),
+    (
+        KIND_ENGINE_CONFIG,
+        named('LLM engine', r"Initializing an? (?P<v1_flag>V1 )?LLM engine(?: \(v(?P<version_str>[\w.+-]+)\))? with config: (?P<rest_str>.*)"),
+        _engine_config,
+    ),
+    (
+        KIND_WEIGHTS,
+        named('took', rf"(?:Model loading took (?P<v1_weights_gib>{_F}) ?GiB|Loading model weights took (?P<v0_weights_gib>{_F}) ?GB)"),
+        lambda v: {
+            "weights_bytes": v["v1_weights_bytes"] if v["v1_weights_bytes"] is not None else v["v0_weights_bytes"],
+            "era": "V1" if v["v1_weights_bytes"] is not None else "V0",
+        },
+    ),
     (
         KIND_PROFILE_TOTAL,
-        lazy('total_gpu_memory (', rf"total_gpu_memory \({_F} ?GiB\) x gpu_memory_utilization \({_F}\) = {_F} ?GiB"),
+        named('total_gpu_memory (',
+            rf"total_gpu_memory \((?P<total_gib>{_F}) ?GiB\) x gpu_memory_utilization \((?P<gpu_memory_utilization_f>{_F})\) = (?P<requested_gib>{_F}) ?GiB"
+        ),
+        None,
     ),
     (
         KIND_PROFILE_BREAKDOWN,
-        lazy('model weights take',
-            rf"model weights take {_F} ?GiB; non_torch_memory takes {_F} ?GiB; PyTorch activation peak memory takes {_F} ?GiB; "
-            rf"the rest of the memory reserved for KV Cache is {_F} ?GiB"
+        named('model weights take',
+            rf"model weights take (?P<weights_gib>{_F}) ?GiB; non_torch_memory takes (?P<non_torch_gib>{_F}) ?GiB; "
+            rf"PyTorch activation peak memory takes (?P<activation_peak_gib>{_F}) ?GiB; "
+            rf"the rest of the memory reserved for KV Cache is (?P<kv_gib>{_F}) ?GiB"
         ),
+        None,
     ),
     (
         KIND_PROFILE_V0_RESULTS,
-        lazy('Memory profiling results',
-            rf"Memory profiling results:.*?total_gpu_memory={_F} ?GiB.*?peak_torch_memory={_F} ?GiB.*?non_torch_memory={_F} ?GiB, "
-            rf"kv_cache_size={_F} ?GiB, gpu_memory_utilization={_F}"
+        named('Memory profiling results',
+            rf"Memory profiling results:.*?total_gpu_memory=(?P<total_gib>{_F}) ?GiB.*?peak_torch_memory=(?P<peak_torch_gib>{_F}) ?GiB"
+            rf".*?non_torch_memory=(?P<non_torch_gib>{_F}) ?GiB, kv_cache_size=(?P<kv_gib>{_F}) ?GiB, gpu_memory_utilization=(?P<gpu_memory_utilization_f>{_F})"
         ),
+        # peak_torch_memory includes the weights; non-KV = peak torch + non-torch.
+        lambda v: {
+            "total_bytes": v["total_bytes"],
+            "non_kv_bytes": v["peak_torch_bytes"] + v["non_torch_bytes"],
+            "non_torch_bytes": v["non_torch_bytes"],
+            "kv_bytes": v["kv_bytes"],
+            "gpu_memory_utilization": v["gpu_memory_utilization"],
+        },
     ),
     (
         KIND_PROFILE_V1,
-        lazy('Total non KV cache memory',
-            rf"Total non KV cache memory: {_F} ?GiB; torch peak memory increase: {_F} ?GiB; non-torch forward increase memory: {_F} ?GiB;"
-            rf"(?: total consumed \(from mem_get_info\): {_F} ?GiB;)? weights memory: {_F} ?GiB"
+        named('Total non KV cache memory',
+            rf"Total non KV cache memory: (?P<non_kv_gib>{_F}) ?GiB; torch peak memory increase: (?P<activation_peak_gib>{_F}) ?GiB; "
+            rf"non-torch forward increase memory: (?P<non_torch_gib>{_F}) ?GiB;"
+            rf"(?: total consumed \(from mem_get_info\): {_F} ?GiB;)? weights memory: (?P<weights_gib>{_F}) ?GiB"
         ),
+        None,
     ),
     (
         KIND_PROFILE_ASSERT,
-        lazy('Error in memory profiling', rf"Error in memory profiling\. Initial free memory {_F}(?: GiB)?, current free memory {_F}(?: GiB)?"),
+        named('Error in memory profiling',
+            rf"Error in memory profiling\. Initial free memory (?P<initial_free_f>{_F})(?P<initial_gib_flag> GiB)?, "
+            rf"current free memory (?P<current_free_f>{_F})(?P<current_gib_flag> GiB)?"
+        ),
+        _profile_assert,
     ),
-    (KIND_PROFILE_HEADER, lazy('Memory profiling takes', rf"^Memory profiling takes {_F} seconds\s*$")),
-    (KIND_INITIAL_FREE, lazy('Initial free memory', rf"Initial free memory:? {_F} GiB[;,] (?:Requested memory: {_F} \(util\), {_F} GiB)?")),
-    (KIND_KV_AVAILABLE, lazy('Available KV cache memory', rf"Available KV cache memory: {_F} GiB")),
-    (KIND_KV_TOKENS, lazy('GPU KV cache size', rf"GPU KV cache size: {_N} tokens(?:, Maximum concurrency for {_N} tokens per request: {_F}x)?")),
-    (KIND_CONCURRENCY, lazy('Maximum concurrency', rf"Maximum concurrency for {_N} tokens per request: {_F}x")),
-    (KIND_GPU_BLOCKS, lazy('blocks:', r"# (?:GPU|cuda) blocks: (\d+)")),
-    (KIND_GRAPH_DONE, lazy('Graph capturing finished', rf"Graph capturing finished in {_F} secs?, took {_F} GiB")),
-    (KIND_GRAPH_ESTIMATE, lazy('Estimated CUDA graph memory', rf"Estimated CUDA graph memory: {_F} GiB total")),
-    (KIND_GRAPH_BEGIN, lazy(None, r"Capturing the model for CUDA graphs|CUDA graphs can take additional|Capturing CUDA graphs? (?:shapes|\()|Capturing cudagraphs?|Profiling CUDA graph memory")),
+    (KIND_PROFILE_HEADER, named('Memory profiling takes', rf"^Memory profiling takes {_F} seconds\s*$"), None),
+    (
+        KIND_INITIAL_FREE,
+        named('Initial free memory',
+            rf"Initial free memory:? (?P<free_at_start_gib>{_F}) GiB[;,] "
+            rf"(?:Requested memory: (?P<gpu_memory_utilization_f>{_F}) \(util\), (?P<requested_gib>{_F}) GiB)?"
+        ),
+        present,
+    ),
+    (KIND_KV_AVAILABLE, named('Available KV cache memory', rf"Available KV cache memory: (?P<kv_gib>{_F}) GiB"), None),
+    (
+        KIND_KV_TOKENS,
+        named('GPU KV cache size',
+            rf"GPU KV cache size: (?P<kv_tokens_n>{_N}) tokens"
+            rf"(?:, Maximum concurrency for (?P<max_model_len_n>{_N}) tokens per request: (?P<concurrency_f>{_F})x)?"
+        ),
+        present,
+    ),
+    (
+        KIND_CONCURRENCY,
+        named('Maximum concurrency', rf"Maximum concurrency for (?P<max_model_len_n>{_N}) tokens per request: (?P<concurrency_f>{_F})x"),
+        None,
+    ),
+    (KIND_GPU_BLOCKS, named('blocks:', r"# (?:GPU|cuda) blocks: (?P<gpu_blocks_n>\d+)"), None),
+    (KIND_GRAPH_DONE, named('Graph capturing finished', rf"Graph capturing finished in {_F} secs?, took (?P<graph_gib>{_F}) GiB"), None),
+    (KIND_GRAPH_ESTIMATE, named('Estimated CUDA graph memory', rf"Estimated CUDA graph memory: (?P<graph_gib>{_F}) GiB total"), None),
+    (
+        KIND_GRAPH_BEGIN,
+        named(None, r"Capturing the model for CUDA graphs|CUDA graphs can take additional|Capturing CUDA graphs? (?:shapes|\()|Capturing cudagraphs?|Profiling CUDA graph memory"),
+        None,
+    ),
     (
         KIND_FREE_LESS,
-        lazy('Free memory on device',
-            rf"Free memory on device(?: (?P<dev>[\w:]+))? \({_F}/{_F} GiB\) on startup is less than desired GPU memory utilization \({_F}, {_F} GiB\)"
+        named('Free memory on device',
+            rf"Free memory on device(?: (?P<device_str>[\w:]+))? \((?P<free_at_start_gib>{_F})/(?P<total_gib>{_F}) GiB\) on startup is less than "
+            rf"desired GPU memory utilization \((?P<gpu_memory_utilization_f>{_F}), (?P<requested_gib>{_F}) GiB\)"
         ),
+        None,
     ),
-    (KIND_NO_CACHE_BLOCKS, lazy('No available memory for the cache blocks', r"No available memory for the cache blocks")),
+    (KIND_NO_CACHE_BLOCKS, named('No available memory for the cache blocks', r"No available memory for the cache blocks"), None),
     (
         KIND_ONE_REQUEST,
-        lazy(None,
+        named(None,
             # 2024-2025 wrote "(16.00 GiB KV cache is needed"; 2026 dropped the parenthesis.
-            rf"To serve at least one request with the models?'s max seq len \({_N}\),\s*\(?{_F} GiB KV cache is needed, which is larger than "
-            rf"the available KV cache memory \({_F} GiB\)\.(?: Based on the available memory, the estimated maximum model length is {_N}\.)?"
-            rf"|The model's max seq len \({_N}\) is larger than the maximum number of tokens that can be stored in KV cache \({_N}\)"
+            rf"To serve at least one request with the models?'s max seq len \((?P<max_model_len_n>{_N})\),\s*\(?(?P<needed_gib>{_F}) GiB KV cache is needed, "
+            rf"which is larger than the available KV cache memory \((?P<available_gib>{_F}) GiB\)\."
+            rf"(?: Based on the available memory, the estimated maximum model length is (?P<estimated_max_len_n>{_N})\.)?"
+            rf"|The model's max seq len \((?P<stored_max_model_len_n>{_N})\) is larger than the maximum number of tokens that can be stored in KV cache "
+            rf"\((?P<kv_capacity_tokens_n>{_N})\)"
             # The same message cut by a paste: only its last sentence is left.
-            rf"|(?:the )?estimated maximum model length is {_N}\."
+            rf"|(?:the )?estimated maximum model length is (?P<cut_estimated_max_len_n>{_N})\."
         ),
+        _one_request,
     ),
-    (KIND_PREEMPT, lazy('is preempted by', r"is preempted by PreemptionMode\.(\w+) mode because there is not enough KV cache space.*?total_num_cumulative_preemption=(\d+)")),
-    (KIND_ENGINE_FAILED, lazy(None, r"EngineCore failed to start|WorkerProc hit an exception|Engine core initialization failed|died unexpectedly|EngineDeadError|EngineCore encountered a fatal error")),
-    (KIND_MM_PROFILE, lazy(None, r"Starting profile run for multi-modal models|Encoder cache will be initialized")),
-    (KIND_READY, lazy(None, r"Application startup complete|Starting vLLM API server")),
-    (KIND_CHUNKED, lazy('Chunked prefill is enabled', r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")),
-    (KIND_LOAD_START, lazy('Starting to load model', r"Starting to load model (\S+)")),
+    (
+        KIND_PREEMPT,
+        named('is preempted by',
+            r"is preempted by PreemptionMode\.(?P<mode_str>\w+) mode because there is not enough KV cache space.*?total_num_cumulative_preemption=(?P<cumulative_n>\d+)"
+        ),
+        None,
+    ),
+    (
+        KIND_ENGINE_FAILED,
+        named(None, r"EngineCore failed to start|WorkerProc hit an exception|Engine core initialization failed|died unexpectedly|EngineDeadError|EngineCore encountered a fatal error"),
+        None,
+    ),
+    (KIND_MM_PROFILE, named(None, r"Starting profile run for multi-modal models|Encoder cache will be initialized"), None),
+    (KIND_READY, named(None, r"Application startup complete|Starting vLLM API server"), None),
+    (KIND_CHUNKED, named('Chunked prefill is enabled', r"Chunked prefill is enabled with max_num_batched_tokens=(?P<max_num_batched_tokens_n>\d+)"), None),
+    (KIND_LOAD_START, named('Starting to load model', r"Starting to load model \S+"), None),
 )
 
-_DICT_ITEM_RE = lazy("'", r"'(\w+)': ('(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|[\w.+-]+)")
-_CONFIG_ITEM_RE = lazy("=", r"(?<![\w.])(\w+)=('(?:[^'\\]|\\.)*'|[\w.+/-]+)")
-_CAPTURE_SIZES_RE = lazy("capture_sizes", r"['\"]?(?:cudagraph_capture_sizes|capture_sizes)['\"]?\s*[:=]\s*\[([\d,\s]*)\]")
-_MAX_CAPTURE_RE = lazy("capture_size", r"['\"]?max_(?:cudagraph_)?capture_size['\"]?\s*[:=]\s*(\d+)")
+_DICT_ITEM_RE = named("'", r"'(?P<key_str>\w+)': (?P<value_str>'(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|[\w.+-]+)")
+_CONFIG_ITEM_RE = named("=", r"(?<![\w.])(?P<key_str>\w+)=(?P<value_str>'(?:[^'\\]|\\.)*'|[\w.+/-]+)")
+_CAPTURE_SIZES_RE = named("capture_sizes", r"['\"]?(?:cudagraph_capture_sizes|capture_sizes)['\"]?\s*[:=]\s*\[(?P<sizes_str>[\d,\s]*)\]")
+_MAX_CAPTURE_RE = named("capture_size", r"['\"]?max_(?:cudagraph_)?capture_size['\"]?\s*[:=]\s*(?P<max_capture_size_n>\d+)")
 
 _ARG_KEYS = {
     "model",
@@ -168,15 +275,6 @@ _ARG_KEYS = {
 }
 
 
-def _gib_required(text: str) -> int:
-    """A GiB figure from a group the pattern always fills (``_gib`` is for optional groups)."""
-    return gib_to_bytes(float(text))
-
-
-def _int(text: str | None) -> int | None:
-    return int(text.replace(",", "")) if text else None
-
-
 def _literal(raw: str) -> Any:
     try:
         return ast.literal_eval(raw)
@@ -186,7 +284,8 @@ def _literal(raw: str) -> Any:
 
 def _config_values(text: str, pattern: LazyRegex) -> dict[str, Any]:
     values: dict[str, Any] = {}
-    for key, raw in pattern.findall(text):
+    for m in pattern.finditer(text):
+        key, raw = m.group("key_str"), m.group("value_str")
         if key in _ARG_KEYS and key not in values:
             value = _literal(raw)
             if raw in ("True", "False"):
@@ -194,13 +293,13 @@ def _config_values(text: str, pattern: LazyRegex) -> dict[str, Any]:
             values[key] = value
     sizes = _CAPTURE_SIZES_RE.search(text)
     if sizes:
-        nums = [int(n) for n in re.findall(r"\d+", sizes.group(1))]
+        nums = [int(n) for n in re.findall(r"\d+", sizes.group("sizes_str"))]
         if nums:
             values["max_capture_size"] = max(nums)
     else:
         mcs = _MAX_CAPTURE_RE.search(text)
         if mcs:
-            values["max_capture_size"] = int(mcs.group(1))
+            values.update(typed(mcs))
     return values
 
 
@@ -217,14 +316,12 @@ class VLLMParser:
         self._pending: tuple[list, str] | None = None
 
     def _match(self, msg: str, refs: tuple) -> list[Event]:
-        for kind, pattern in _PATTERNS:
+        for kind, pattern, shape in _PATTERNS:
             m = pattern.search(msg)
             if m is None:
                 continue
-            values = self._values(kind, m)
-            if values is None:
-                continue
-            return [Event(kind, refs, values)]
+            values = typed(m)
+            return [Event(kind, refs, values if shape is None else shape(values))]
         return []
 
     def feed(self, line: Line) -> list[Event]:
@@ -246,92 +343,6 @@ class VLLMParser:
         if not events and _WRAPPABLE.search(msg):
             self._pending = ([line.ref], msg)
         return events
-
-    @staticmethod
-    def _values(kind: str, m: re.Match[str]) -> dict[str, Any] | None:
-        g = m.groups()
-        if kind == KIND_ARGS:
-            if m.group("ns") is not None:
-                return _config_values(m.group("ns"), _CONFIG_ITEM_RE)
-            return _config_values(m.group(1), _DICT_ITEM_RE)
-        if kind == KIND_ENGINE_CONFIG:
-            values = _config_values(m.group("rest"), _CONFIG_ITEM_RE)
-            values["version"] = m.group("version")
-            values["v1"] = "V1 LLM engine" in m.group(0)
-            return values
-        if kind == KIND_WEIGHTS:
-            return {"weights_bytes": _gib(g[0] or g[1]), "era": "V1" if g[0] else "V0"}
-        if kind == KIND_PROFILE_TOTAL:
-            return {"total_bytes": _gib(g[0]), "gpu_memory_utilization": _num(g[1]), "requested_bytes": _gib(g[2])}
-        if kind == KIND_PROFILE_BREAKDOWN:
-            return {"weights_bytes": _gib(g[0]), "non_torch_bytes": _gib(g[1]), "activation_peak_bytes": _gib(g[2]), "kv_bytes": _gib(g[3])}
-        if kind == KIND_PROFILE_V0_RESULTS:
-            # peak_torch_memory includes the weights; non-KV = peak torch + non-torch.
-            return {
-                "total_bytes": _gib(g[0]),
-                "non_kv_bytes": _gib_required(g[1]) + _gib_required(g[2]),
-                "non_torch_bytes": _gib(g[2]),
-                "kv_bytes": _gib(g[3]),
-                "gpu_memory_utilization": _num(g[4]),
-            }
-        if kind == KIND_PROFILE_V1:
-            return {
-                "non_kv_bytes": _gib(g[0]),
-                "activation_peak_bytes": _gib(g[1]),
-                "non_torch_bytes": _gib(g[2]),
-                "weights_bytes": _gib(g[4]),
-            }
-        if kind == KIND_INITIAL_FREE:
-            values = {"free_at_start_bytes": _gib(g[0])}
-            if g[1] is not None:
-                values["gpu_memory_utilization"] = _num(g[1])
-                values["requested_bytes"] = _gib(g[2])
-            return values
-        if kind == KIND_KV_AVAILABLE:
-            return {"kv_bytes": _gib(g[0])}
-        if kind == KIND_KV_TOKENS:
-            values = {"kv_tokens": _int(g[0])}
-            if g[1]:
-                values["max_model_len"] = _int(g[1])
-                values["concurrency"] = _num(g[2])
-            return values
-        if kind == KIND_CONCURRENCY:
-            return {"max_model_len": _int(g[0]), "concurrency": _num(g[1])}
-        if kind == KIND_GPU_BLOCKS:
-            return {"gpu_blocks": int(g[0])}
-        if kind == KIND_GRAPH_DONE:
-            return {"graph_bytes": _gib(g[1])}
-        if kind == KIND_GRAPH_ESTIMATE:
-            return {"graph_bytes": _gib(g[0])}
-        if kind == KIND_FREE_LESS:
-            return {
-                "free_at_start_bytes": _gib(g[1]),
-                "total_bytes": _gib(g[2]),
-                "gpu_memory_utilization": _num(g[3]),
-                "requested_bytes": _gib(g[4]),
-                "device": m.group("dev"),
-            }
-        if kind == KIND_ONE_REQUEST:
-            if g[0] is not None:
-                return {
-                    "max_model_len": _int(g[0]),
-                    "needed_bytes": _gib(g[1]),
-                    "available_bytes": _gib(g[2]),
-                    "estimated_max_len": _int(g[3]),
-                }
-            if g[4] is not None:
-                return {"max_model_len": _int(g[4]), "kv_capacity_tokens": _int(g[5])}
-            return {"estimated_max_len": _int(g[6])}
-        if kind == KIND_PROFILE_ASSERT:
-            a, b = float(g[0]), float(g[1])  # both groups are required by the pattern
-            if "GiB" in m.group(0):
-                return {"initial_free_bytes": gib_to_bytes(a), "current_free_bytes": gib_to_bytes(b)}
-            return {"initial_free_bytes": int(a), "current_free_bytes": int(b)}
-        if kind == KIND_PREEMPT:
-            return {"mode": g[0], "cumulative": int(g[1])}
-        if kind == KIND_CHUNKED:
-            return {"max_num_batched_tokens": int(g[0])}
-        return {}
 
     def finish(self) -> list[Event]:
         self._pending = None
