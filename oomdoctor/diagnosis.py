@@ -22,6 +22,7 @@ from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.facts import Facts, build_facts
 from oomdoctor.gpus import smallest_card_holding
 from oomdoctor.inputs import InputStats, expand_paths, iter_line_chunks, unread_input
+from oomdoctor.ordering import oldest_first
 from oomdoctor.parsers import records as rc
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
@@ -186,7 +187,11 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
             for r in e.refs:
                 pending.pop(r.line, None)
 
-    for line in scan_lines(iter_line_chunks(path, stats), display, ANCHORS, counter, rc.BEFORE_ANCHORS):
+    def reversed_note() -> None:
+        stats.warn("timestamps go back in time (a newest-first console export): read oldest first; line numbers count from the end")
+
+    chunks = oldest_first(iter_line_chunks(path, stats), reversed_note)
+    for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS):
         if line.system:
             stats.system_hints[line.system] = stats.system_hints.get(line.system, 0) + 1
         # Traceback frames and their indented source lines are context, not unparsed evidence.

@@ -227,3 +227,22 @@ def test_allocator_patterns_name_every_group() -> None:
         compiled = getattr(torch_oom, name).compiled
         assert compiled.groups == len(compiled.groupindex), name
         captures.check_source(compiled.pattern)
+
+
+def test_allocator_body_without_its_header_is_an_oom_but_token_pool_lines_are_not() -> None:
+    body = "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.00 GiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 1.00 GiB is reserved by PyTorch but unallocated."
+    events = feed([body])
+    assert [e.kind for e in events] == [KIND_OOM]
+    assert events[0].get("requested_bytes") == 2 << 30 and events[0].get("free_bytes") == 1 << 30
+    assert feed(["Prefill out of memory. Try to allocate 8192 tokens.", "Available full tokens: 7936"]) == []
+
+
+def test_ascend_current_active_clause_and_process_without_pid() -> None:
+    npu = parse_oom_message(
+        "NPU out of memory. Tried to allocate 22.00 MiB (NPU 0; 60.97 GiB total capacity; 10.24 GiB already allocated; "
+        "10.24 GiB current active; 19.52 MiB free; 10.30 GiB reserved in total by PyTorch)"
+    )
+    assert npu["backend"] == "NPU" and npu["free_bytes"] == round(19.52 * (1 << 20)) and npu["allocated_bytes"] == round(10.24 * (1 << 30))
+    anon = parse_oom_message("CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 100.00 MiB is free. Process has 9.00 GiB memory in use.")
+    (proc,) = anon["processes"]
+    assert proc.pid is None and proc.is_self is False

@@ -34,6 +34,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"exitcode",
     b"OOMKilled",
     b"SIGKILL",
+    b"Tried to allocate",
     b"cudaMalloc",
     b"would exceed allowed memory",
     b"Not enough memory to handle",
@@ -46,6 +47,9 @@ _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
 # --- the allocator message -------------------------------------------------------------------
 _OOM_START_RE = named(None,
     r"(?P<backend_str>CUDA|HIP|NPU|XPU|MLU)\s*out\s*of\s*memory\b|(?<![A-Za-z])Out\s*of\s*memory\.\s*Tried\s*to\s*allocate"
+    # The allocator body without its header (a re-wrapped or cut paste): a byte size, then the device clause.
+    # SGLang's token pool says "Try to allocate N tokens" and never matches.
+    r"|(?<![A-Za-z])Tried\s*to\s*allocate\s*\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)\s*[.(]?\s*\(?\s*(?:GPU|NPU|XPU|device)\s*\d+\s*(?:has|;)"
 )
 _OOM_COMPLETE_RE = lazy(None,
     r"reserved\s*by\s*PyTorch\s*but\s*unallocated|reserved\s*in\s*total\s*by\s*PyTorch\s*\)|\bcached\s*\)"
@@ -60,10 +64,11 @@ _ERA2_RE = named("free",
 )
 _ERA0_RE = named("free",
     rf"\(\s*(?:GPU|NPU|XPU)\s*(?P<device_n>\d+)\s*;\s*(?P<capacity_size>{_SIZE})\s*total\s*capac(?:i)?ty\s*;\s*"
-    rf"(?:(?P<allocated_size>{_SIZE})\s*already\s*allocated\s*;\s*)?(?P<free_size>{_SIZE})\s*free\s*;\s*"
+    rf"(?:(?P<allocated_size>{_SIZE})\s*already\s*allocated\s*;\s*)?(?:{_SIZE}\s*current\s*active\s*;\s*)?(?P<free_size>{_SIZE})\s*free\s*;\s*"
     rf"(?:(?P<allowed_size>{_SIZE})\s*allowed\s*;\s*)?(?P<reserved_size>{_SIZE})\s*(?:reserved\s*in\s*total\s*by\s*PyTorch|cached)"
 )
-_PROCESS_RE = named("memory", rf"(?:Process\s*(?P<pid_n>\d+)|this\s*process)\s*has\s*(?P<used_size>{_SIZE})\s*memory\s*in\s*use")
+# "Process has X" without a PID (a redacted or cut paste) is a process of unknown identity, not this one.
+_PROCESS_RE = named("memory", rf"(?:Process\s*(?P<pid_n>\d+)|(?P<this_flag>this\s*process)|Process)\s*has\s*(?P<used_size>{_SIZE})\s*memory\s*in\s*use")
 _ALLOWED_RE = named("allowed", rf"(?P<allowed_size>{_SIZE})\s*allowed\s*;")
 _ALLOCATED_RE = named("allocated", rf"Of\s*the\s*allocated\s*memory\s*(?P<allocated_size>{_SIZE})\s*is\s*allocated\s*by\s*PyTorch")
 _PRIVATE_RE = named("private", rf"with\s*(?P<private_pool_size>{_SIZE})\s*allocated\s*in\s*private\s*pools")
@@ -181,7 +186,7 @@ def parse_oom_message(text: str) -> dict:
         p = sizes(pm)
         if p["used_bytes"] is None:
             continue
-        processes.append(ProcessUsage(pid=p["pid"], used_bytes=p["used_bytes"], is_self=p["pid"] is None))
+        processes.append(ProcessUsage(pid=p["pid"], used_bytes=p["used_bytes"], is_self=bool(p["this"])))
     if processes:
         values["processes"] = tuple(processes)
     if "allowed_bytes" not in values:
