@@ -14,7 +14,6 @@ from typing import Any
 from oomdoctor import budget
 from oomdoctor.budget import Step
 from oomdoctor.facts import Facts
-from oomdoctor.parsers import vllm as vl
 from oomdoctor.units import GIB, ceil_to, floor_to, format_bytes
 
 
@@ -423,7 +422,8 @@ def vllm_lower_max_model_len(f: Facts) -> list[Recommendation]:
         raw = budget.vllm_max_model_len(kv, cell, f.get("block_size") or 16)
         steps.append(Step("tokens the KV budget holds", f"{_g(kv)} / {cell} bytes per token, whole blocks", raw))
     else:
-        if f.get("startup_kv_error_kind") == vl.KIND_NO_CACHE_BLOCKS:
+        # The fact carries the engine message's name ("vllm_no_cache_blocks": no blocks at all).
+        if f.get("startup_kv_error_kind") == "vllm_no_cache_blocks":
             return []
         return [Recommendation("--max-model-len", None, "lower", "A shorter maximum context needs less KV for one request.", current=length)]
     value = (raw // 1024) * 1024 if raw >= 2048 else raw

@@ -27,6 +27,8 @@ from oomdoctor.parsers import records as rc
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
+from oomdoctor.readings import Readings
+from oomdoctor.readings import read as read_readings
 from oomdoctor.rule_engine import Rule, evaluate
 from oomdoctor.runs import RUN_MARKER_KINDS, RunSegmenter, is_oom_event, split_runs
 from oomdoctor.scan import scan_lines
@@ -83,6 +85,8 @@ class Diagnosis:
     confidence_factors: list[confidence.Factor] = field(default_factory=list)
     # The input stops before a failure is evident: the verdict (none, or a hypothesis) is inconclusive.
     inconclusive: bool = False
+    # Per-rank values and the free-memory timeline, for the report's bars and chart.
+    readings: Readings = field(default_factory=Readings)
     tool_version: str = __version__
 
     @property
@@ -526,6 +530,7 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
             evidence=_completeness(last.facts),
             phase=_phase_of(last.facts),
             confidence_factors=primary.factors,
+            readings=read_readings(last.facts.events),
         )
     last_facts = build_facts(runs[-1], force=True, system=system, hint=hint, collected=gathered, line_counts=line_counts) if runs else None
     return _no_oom_verdict(runs, last_facts, stats_list)
@@ -555,6 +560,7 @@ def _no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[Input
     evidence = _completeness(facts)
     found = _phase_of(facts)
     base: dict[str, Any] = {
+        "readings": read_readings(facts.events) if facts is not None else Readings(),
         "incidents": [],
         "budget": _budget_view(facts),
         "not_evaluated": [],

@@ -12,9 +12,7 @@ from oomdoctor import budget
 from oomdoctor.contract import to_dict
 from oomdoctor.diagnosis import Diagnosis
 from oomdoctor.facts import Facts
-from oomdoctor.parsers import sglang as sg
-from oomdoctor.parsers import torch_oom as tt
-from oomdoctor.parsers import vllm as vl
+from oomdoctor.readings import Readings
 from oomdoctor.redact import redact_obj
 from oomdoctor.units import floor_to
 
@@ -59,12 +57,12 @@ def _report(d: Diagnosis) -> dict[str, Any]:
     elif system == "torch" or f.get("pre_bytes") is None:
         report["gpus"] = _torch_bars(f)
     else:
-        report["gpus"] = _sglang_bars(f) or _torch_bars(f)
+        report["gpus"] = _sglang_bars(f, d.readings) or _torch_bars(f)
     if not report["gpus"]:
-        report["gpus"] = _token_pool_bar(f)
+        report["gpus"] = _token_pool_bar(f, d.readings)
     report["recommended_gpu"] = _recommended_bar(d, f)
     report["legend"] = _legend(report["gpus"] + ([report["recommended_gpu"]] if report["recommended_gpu"] else []))
-    report["timeline"] = _timeline(f)
+    report["timeline"] = _timeline(d.readings)
     report["samples"] = _samples(f)
     report["what_if"] = _what_if(d, f)
     return report
@@ -102,19 +100,11 @@ def _segments(**values: int | None) -> list[dict[str, Any]]:
     return [{"kind": k, "label": label, "bytes": int(kept[k])} for k, label in SEGMENTS if k in kept]
 
 
-def _per_rank(f: Facts, kind: str, key: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for e in f.events:
-        if e.kind == kind and e.get(key) is not None:
-            out.setdefault(e.rank or "GPU", e.get(key))
-    return out
-
-
-def _sglang_bars(f: Facts, mfs: float | None = None) -> list[dict[str, Any]]:
-    pres = _per_rank(f, sg.KIND_LOAD_BEGIN, "avail_bytes")
-    posts = _per_rank(f, sg.KIND_LOAD_END, "avail_bytes")
-    kvs = _per_rank(f, sg.KIND_KV_ALLOCATED, "kv_bytes")
-    graphs = _per_rank(f, sg.KIND_GRAPH_END, "mem_usage_bytes")
+def _sglang_bars(f: Facts, r: Readings, mfs: float | None = None) -> list[dict[str, Any]]:
+    pres = r.of("pre_bytes")
+    posts = r.of("post_bytes")
+    kvs = r.of("kv_pool_bytes")
+    graphs = r.of("cuda_graph_bytes")
     y = mfs if mfs is not None else f.get("mem_fraction_static")
     capacity = f.get("capacity_bytes")
     oom_rank = f.get("oom_rank")
@@ -216,9 +206,9 @@ def _torch_bars(f: Facts) -> list[dict[str, Any]]:
     return [bar]
 
 
-def _token_pool_bar(f: Facts) -> list[dict[str, Any]]:
+def _token_pool_bar(f: Facts, r: Readings) -> list[dict[str, Any]]:
     """For KV allocator failures: the token pool, in tokens, with the batch that did not fit."""
-    pool, available, wanted = f.get("kv_pool_tokens") or _summary_tokens(f), f.get("kv_available_tokens"), f.get("kv_requested_tokens")
+    pool, available, wanted = f.get("kv_pool_tokens") or r.summary_tokens, f.get("kv_available_tokens"), f.get("kv_requested_tokens")
     if not pool or available is None:
         return []
     bar = {
@@ -238,13 +228,6 @@ def _token_pool_bar(f: Facts) -> list[dict[str, Any]]:
     return [bar]
 
 
-def _summary_tokens(f: Facts) -> int | None:
-    for e in f.events:
-        if e.kind == sg.KIND_SUMMARY:
-            return e.get("max_total_num_tokens")
-    return None
-
-
 def _recommended_value(d: Diagnosis, flag: str) -> float | None:
     for finding in d.findings[:1]:
         for r in finding.recommendations:
@@ -257,7 +240,7 @@ def _recommended_bar(d: Diagnosis, f: Facts) -> dict[str, Any] | None:
     system = f.get("system")
     if system == "sglang":
         y = _recommended_value(d, "--mem-fraction-static")
-        bars = _sglang_bars(f, mfs=y) if y is not None else []
+        bars = _sglang_bars(f, d.readings, mfs=y) if y is not None else []
     elif system == "vllm":
         u = _recommended_value(d, "--gpu-memory-utilization")
         bars = _vllm_bars(f, util=u) if u is not None else []
@@ -270,38 +253,8 @@ def _recommended_bar(d: Diagnosis, f: Facts) -> dict[str, Any] | None:
     return worst
 
 
-def _timeline(f: Facts) -> dict[str, list[dict[str, Any]]]:
-    steps = {
-        sg.KIND_LOAD_BEGIN: ("load begin", "avail_bytes"),
-        sg.KIND_LOAD_END: ("load end", "avail_bytes"),
-        sg.KIND_POOL_END: ("KV pool built", "avail_bytes"),
-        sg.KIND_GRAPH_BEGIN: ("graph capture begin", "avail_bytes"),
-        sg.KIND_GRAPH_BAR: ("capturing", "avail_bytes"),
-        sg.KIND_GRAPH_END: ("graph capture end", "avail_bytes"),
-        sg.KIND_SUMMARY: ("serving", "available_gpu_mem_bytes"),
-        tt.KIND_OOM: ("OOM", "free_bytes"),
-        vl.KIND_INITIAL_FREE: ("start", "free_at_start_bytes"),
-        vl.KIND_FREE_LESS: ("start", "free_at_start_bytes"),
-    }
-    series: dict[str, list[dict[str, Any]]] = {}
-    for e in f.events:
-        if e.kind not in steps:
-            continue
-        label, key = steps[e.kind]
-        value = e.get(key)
-        if value is None:
-            continue
-        rank = e.rank or "all"
-        points = series.setdefault(rank, [])
-        if e.kind == sg.KIND_GRAPH_BAR and points and points[-1]["label"] == "capturing":
-            points[-1] = {"label": label, "bytes": value, "line": e.ref.line}
-            continue
-        points.append({"label": label, "bytes": value, "line": e.ref.line})
-    # A rank without a tag (TP=1) and the untagged OOM line are the same GPU.
-    if "all" in series and len(series) == 2:
-        other = next(k for k in series if k != "all")
-        series[other] = sorted(series[other] + series.pop("all"), key=lambda p: p["line"])
-    return {k: v for k, v in sorted(series.items()) if len(v) >= 2}
+def _timeline(r: Readings) -> dict[str, list[dict[str, Any]]]:
+    return {rank: [{"label": p.label, "bytes": p.free_bytes, "line": p.line} for p in points] for rank, points in r.timeline.items()}
 
 
 def _samples(f: Facts) -> dict[str, list[dict[str, Any]]]:
