@@ -92,7 +92,9 @@ _Shape = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def _load_end(v: dict[str, Any]) -> dict[str, Any]:
-    values = {"model_type": v["model_type"], "avail_bytes": v["avail_bytes"], "era": "V-c/d" if v["elapsed"] is not None else "V-a/b"}
+    # The "type=" form without "elapsed=" is the 2023-2024 era; a line without "type=" is 2026's.
+    modern = v["elapsed"] is not None or v["model_type"] is None
+    values = {"model_type": v["model_type"], "avail_bytes": v["avail_bytes"], "era": "V-c/d" if modern else "V-a/b"}
     if v["mem_usage_bytes"] is not None:
         values["mem_usage_bytes"] = v["mem_usage_bytes"]
     return values
@@ -142,7 +144,8 @@ _SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     (
         KIND_LOAD_END,
         named('Load weight end',
-            rf"Load weight end\.(?: elapsed=(?P<elapsed_f>{_F}) s,)? type=(?P<model_type_str>[\w.]+),.*?avail mem=(?P<avail_gib>{_F}) ?GB"
+            # 2026 builds may print "quant=fp8, fmt=e4m3," instead of "type=...": the type is optional.
+            rf"Load weight end\.(?: elapsed=(?P<elapsed_f>{_F}) s,)?(?: type=(?P<model_type_str>[\w.]+),)?.*?avail mem=(?P<avail_gib>{_F}) ?GB"
             rf"(?:, mem usage=(?P<mem_usage_gib>{_F}) ?GB)?"
         ),
         _load_end,
