@@ -163,6 +163,11 @@ _ENGINE_PHASES: dict[str, str] = {
 }
 
 
+# Engine messages among the driver-level OOMs that say what the engine was doing (TGI/LoRAX warmup:
+# "Not enough memory to handle N prefill tokens" is the warmup's prefill pass).
+_ENGINE_DRIVER_SOURCES: dict[str, str] = {"warmup_prefill": "profiling"}
+
+
 def infer(events: list[Event], failure_index: int, oom: Event | None, records: list[Event]) -> Phase:
     """The phase of the failure at ``events[failure_index]`` from the strongest source available.
 
@@ -176,7 +181,7 @@ def infer(events: list[Event], failure_index: int, oom: Event | None, records: l
             return Phase("graph_capture", "engine", e.ref, "the engine reported a CUDA graph capture failure")
         if e.kind == "kv_alloc_fail":
             return Phase("prefill" if e.get("which") == "prefill" else "decode", "engine", e.ref, "SGLang's KV allocator failed")
-        name = _ENGINE_PHASES.get(e.kind)
+        name = _ENGINE_PHASES.get(e.kind) or (_ENGINE_DRIVER_SOURCES.get(e.get("source", "")) if e.kind == "driver_oom" else None)
         if name is not None:
             return Phase(name, "engine", e.ref, "an engine-authored memory error")
     # 2. Frames: the record that carries the failure (its frames and the calls in progress on their

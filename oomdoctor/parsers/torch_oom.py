@@ -35,6 +35,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"OOMKilled",
     b"SIGKILL",
     b"Tried to allocate",
+    b"insufficient GPU memory",
     b"cudaMalloc",
     b"would exceed allowed memory",
     b"Not enough memory to handle",
@@ -100,6 +101,8 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     # Candle/TGI's Rust allocator, and TGI/LoRAX warmup verdicts (the prefill did not fit).
     ("device_limit", lazy("would exceed allowed memory", r"would exceed allowed memory")),
     ("warmup_prefill", lazy("Not enough memory to handle", r"Not enough memory to handle \d+ prefill tokens")),
+    # TensorRT-LLM's executor: "Executor creation failed due to insufficient GPU memory".
+    ("trtllm_executor", lazy("insufficient GPU memory", r"insufficient GPU memory")),
 )
 _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     ("cpu_allocator", "strong", lazy("DefaultCPUAllocator", r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (\d+) bytes)?")),
