@@ -30,7 +30,7 @@ from oomdoctor.parsers import vllm as vl
 from oomdoctor.readings import Readings
 from oomdoctor.readings import read as read_readings
 from oomdoctor.rule_engine import Rule, evaluate
-from oomdoctor.runs import RUN_MARKER_KINDS, RunSegmenter, is_oom_event, split_runs
+from oomdoctor.runs import COLLAPSED_RUNS, RUN_MARKER_KINDS, RunSegmenter, is_oom_event, split_runs
 from oomdoctor.scan import scan_lines
 
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS))
@@ -38,7 +38,7 @@ SYSTEMS = ("sglang", "vllm", "torch")
 _FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Finding:
     rule: Rule | None
     klass: str
@@ -54,7 +54,7 @@ class Finding:
         return self.rule.id if self.rule else None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Incident:
     run: int
     facts: Facts
@@ -66,7 +66,7 @@ class Incident:
         return self.findings[0]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Diagnosis:
     """Everything a renderer shows: verdict, findings, budget, incidents, inputs."""
 
@@ -112,6 +112,8 @@ _REPEATING = {
     rc.KIND_CUT,
     rc.KIND_CONTEXT,
 }
+# Of a compacted run's start line only the values an old incident's class can hang on are kept.
+_SLIM_KEEP = frozenset({"mem_fraction_static", "tp_size", "gpu_memory_utilization", "version", "v1"})
 _KEEP_FIRST = 16
 _KEEP_LAST = 64
 _UNPARSED_WINDOW = 64
@@ -133,11 +135,21 @@ class _EventStore:
         self.counts: dict[str, int] = {}
         self.run_starts: list[int] = []  # indexes into kept
         self.segmenter = RunSegmenter()  # the same run starts split_runs finds
+        # The last compacted run: its signature and the index of its start event, so that an identical
+        # next one is collapsed into it (a counter) instead of kept: memory stays constant in a crash loop.
+        self.last_signature: tuple | None = None
+        self.last_start: int = -1
 
     @staticmethod
     def _slim(event: Event) -> Event:
         """A run-marker event without its long config text (its kind and short values stay)."""
-        return Event(event.kind, (replace(event.ref, text=event.ref.text[:160]),), {k: v for k, v in event.values.items() if not isinstance(v, str) or len(v) < 200})
+        # One ref (the first), short text, no long strings or traceback frames: enough to segment the
+        # run and to classify its OOM, a constant size however long the original record was.
+        return Event(
+            event.kind,
+            (replace(event.ref, text=event.ref.text[:160]),),
+            {k: v for k, v in event.values.items() if k in _SLIM_KEEP or (event.kind not in RUN_MARKER_KINDS and k not in ("frames", "message") and (not isinstance(v, str) or len(v) < 200))},
+        )
 
     def _compact_oldest_full_run(self) -> None:
         i = len(self.run_starts) - _FULL_RUNS - 2  # the newest run (being read) and _FULL_RUNS before it stay whole
@@ -145,10 +157,20 @@ class _EventStore:
         # The run's start line and the other lines the segmenter reads are kept for segmentation only
         # (their long config text is not), so split_runs cuts the slimmed events where it cut the whole ones.
         segment = self.kept[start:end]
-        slim = [self._slim(e) if j == 0 or e.kind in RUN_MARKER_KINDS else e for j, e in enumerate(segment) if j == 0 or e.kind in RUN_MARKER_KINDS or is_oom_event(e)]
+        slim = [self._slim(e) for j, e in enumerate(segment) if j == 0 or e.kind in RUN_MARKER_KINDS or is_oom_event(e)]
+        signature = _signature(slim)
+        if signature == self.last_signature and self.last_start >= 0 and self.last_start == (self.run_starts[i - 1] if i > 0 else -1):
+            # The same run again: count it on the previous compacted run's start event, keep nothing.
+            head = self.kept[self.last_start]
+            head.values[COLLAPSED_RUNS] = head.values.get(COLLAPSED_RUNS, 0) + 1
+            del self.kept[start:end]
+            del self.run_starts[i]
+            self.run_starts[i:] = [s - len(segment) for s in self.run_starts[i:]]
+            return
         removed = len(segment) - len(slim)
         self.kept[start:end] = slim
         self.run_starts[i + 1 :] = [s - removed for s in self.run_starts[i + 1 :]]
+        self.last_signature, self.last_start = signature, start
 
     def add(self, event: Event) -> None:
         kind = event.kind
@@ -172,6 +194,11 @@ class _EventStore:
                 out.append(Event(KIND_REPEATS, (tail[0].ref,), {"kind": kind, "dropped": dropped, "total": self.counts[kind]}))
         out.sort(key=lambda e: e.ref.line)
         return out
+
+
+def _signature(events: list[Event]) -> tuple:
+    """What makes two compacted runs the same incident: their kinds and values, not their lines."""
+    return tuple((e.kind, tuple(sorted((k, repr(v)) for k, v in e.values.items() if k != COLLAPSED_RUNS))) for e in events)
 
 
 def read_events(path: str, stats: InputStats) -> list[Event]:
@@ -504,18 +531,16 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
     # When no event names the system (an OOM traceback alone), the line prefixes' style decides.
     hint = max(sorted(hints), key=lambda k: hints[k]) if hints else None
     line_counts = {s.path: s.lines for s in stats_list}
-    incidents: list[Incident] = []
+    history = _IncidentHistory()
     for i, run in enumerate(runs):
         facts = build_facts(run, system=system, hint=hint, collected=gathered if i == len(runs) - 1 else (), line_counts=line_counts)
         if facts is not None:
-            incidents.append(evaluate_incident(facts, rules))
+            history.add(evaluate_incident(facts, rules), repeats=run.repeats)
+    incidents = history.incidents()
     if incidents:
         last = incidents[-1]
         primary = last.primary
-        earlier = [f"run {i.run}: {i.primary.klass}" for i in incidents[:-1]]
-        summary = primary.message
-        if earlier:
-            summary += f" (earlier incidents in this log: {'; '.join(earlier)})"
+        summary = primary.message + history.earlier_text()
         return Diagnosis(
             verdict_class=primary.klass,
             verdict_confidence=primary.confidence,
@@ -534,6 +559,61 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
         )
     last_facts = build_facts(runs[-1], force=True, system=system, hint=hint, collected=gathered, line_counts=line_counts) if runs else None
     return _no_oom_verdict(runs, last_facts, stats_list)
+
+
+class _IncidentHistory:
+    """The incidents of a log, bounded: a crash loop of any length keeps a constant amount.
+
+    The newest incident is kept whole (it is the verdict); earlier ones are slimmed to what the
+    incident list shows (run, line, time, class, rule), and of those only the first _HEAD_INCIDENTS
+    and the last _TAIL_INCIDENTS are kept, with counts per class for all of them.
+    """
+
+    def __init__(self) -> None:
+        self.head: list[Incident] = []
+        self.tail: deque[Incident] = deque(maxlen=_TAIL_INCIDENTS)
+        self.newest: Incident | None = None
+        self.newest_repeats = 0
+        self.counts: dict[tuple[str, str | None], int] = {}
+        self.earlier_total = 0
+
+    def add(self, incident: Incident, repeats: int = 0) -> None:
+        if self.newest is not None:
+            slim = _slim(self.newest)
+            key = (slim.primary.klass, slim.primary.rule_id)
+            self.counts[key] = self.counts.get(key, 0) + 1 + self.newest_repeats
+            self.earlier_total += 1 + self.newest_repeats
+            if len(self.head) < _HEAD_INCIDENTS:
+                self.head.append(slim)
+            else:
+                self.tail.append(slim)
+        self.newest = incident
+        self.newest_repeats = repeats
+
+    def incidents(self) -> list[Incident]:
+        return [*self.head, *self.tail, *([self.newest] if self.newest is not None else [])]
+
+    def earlier_text(self) -> str:
+        if not self.earlier_total:
+            return ""
+        if self.earlier_total <= 5:
+            listed = "; ".join(f"run {i.run}: {i.primary.klass}" for i in self.incidents()[:-1])
+            return f" (earlier incidents in this log: {listed})"
+        by_class = ", ".join(f"{n:,} {klass}" for (klass, _rule), n in sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0][0])))
+        return f" (this log holds {self.earlier_total:,} earlier incidents: {by_class})"
+
+
+_HEAD_INCIDENTS = 16
+_TAIL_INCIDENTS = 64
+
+
+def _slim(incident: Incident) -> Incident:
+    """An earlier incident as the incident list shows it, without its facts, events and advice."""
+    f = incident.facts
+    primary = incident.primary
+    facts = Facts(run=f.run, first_line=f.first_line, time=f.time)
+    finding = Finding(rule=primary.rule, klass=primary.klass, confidence=primary.confidence, message="", evidence=(), recommendations=[])
+    return Incident(run=incident.run, facts=facts, findings=[finding], not_evaluated=[])
 
 
 def _completeness(facts: Facts | None) -> Completeness:

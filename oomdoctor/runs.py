@@ -21,6 +21,10 @@ RUN_START_KINDS = frozenset({sg.KIND_SERVER_ARGS, vl.KIND_ARGS})
 RUN_MARKER_KINDS = RUN_START_KINDS | {vl.KIND_ENGINE_CONFIG}
 
 
+# The value a compacted run's start event carries when identical runs after it were collapsed into it.
+COLLAPSED_RUNS = "collapsed_runs"
+
+
 class RunSegmenter:
     """The one definition of a run start, fed event kinds in log order (one segmenter per input).
 
@@ -33,6 +37,11 @@ class RunSegmenter:
         self.number = 1
         self._seen_args = False
         self._seen_engine = False
+        self._skip = 0
+
+    def skip(self, runs: int) -> None:
+        """Runs that were collapsed into the current one: the next run's number comes after them."""
+        self._skip += runs
 
     def feed(self, kind: str) -> bool:
         """Whether an event of this kind starts a run; advances ``number`` when it starts a new one."""
@@ -43,7 +52,8 @@ class RunSegmenter:
             self._seen_engine = True
             return False
         if self._seen_args or self._seen_engine:
-            self.number += 1
+            self.number += 1 + self._skip
+            self._skip = 0
         self._seen_args = not is_engine
         self._seen_engine = is_engine
         return True
@@ -71,6 +81,8 @@ class Run:
 
     number: int
     events: list[Event] = field(default_factory=list)
+    # Identical runs after this one that the event store collapsed into it (a crash loop).
+    repeats: int = 0
 
     def of(self, kind: str) -> list[Event]:
         return [e for e in self.events if e.kind == kind]
@@ -106,7 +118,12 @@ def split_runs(events_per_input: list[list[Event]]) -> list[Run]:
         segmenter = RunSegmenter()
         for event in events:
             segmenter.feed(event.kind)
-            runs.setdefault(segmenter.number, Run(segmenter.number)).events.append(event)
+            run = runs.setdefault(segmenter.number, Run(segmenter.number))
+            run.events.append(event)
+            collapsed = event.get(COLLAPSED_RUNS)
+            if collapsed:
+                run.repeats += collapsed
+                segmenter.skip(collapsed)
     return [runs[k] for k in sorted(runs)]
 
 
