@@ -7,7 +7,7 @@ so that reports can print the working next to every recommended number.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from oomdoctor.units import GIB, MIB, ceil_to, floor_to, format_bytes, gib_text
@@ -63,9 +63,12 @@ class Step:
     step: str
     formula: str
     value: float | int | str | None
+    # What the value is: "bytes", "fraction", "tokens", "count", "ratio", "mib", "text" (UNITS);
+    # every step says it, so no renderer guesses a unit from a number's size.
+    unit: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"step": self.step, "formula": self.formula, "value": self.value}
+        return {"step": self.step, "formula": self.formula, "value": self.value, "unit": self.unit}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +109,8 @@ def sglang_kv_derivation(pre_bytes: int, post_bytes: int, mfs: float, label: str
     return Derived(
         kv,
         (
-            Step(f"dynamic reserve (1-y)*pre{tag}", f"(1 - {mfs:g}) * {_g(pre_bytes)}", dynamic),
-            Step(f"KV budget y*pre - W{tag}", f"{mfs:g} * {_g(pre_bytes)} - {_g(weights)} = {_g(kv)}", kv),
+            Step(f"dynamic reserve (1-y)*pre{tag}", f"(1 - {mfs:g}) * {_g(pre_bytes)}", dynamic, "bytes"),
+            Step(f"KV budget y*pre - W{tag}", f"{mfs:g} * {_g(pre_bytes)} - {_g(weights)} = {_g(kv)}", kv, "bytes"),
         ),
     )
 
@@ -143,11 +146,11 @@ def kv_floor(context_len: int | None, cell_bytes: int | None, engine_bytes: int 
     """
     engine, product, assumed = _KV_FLOOR_WORDS[system]
     if engine_bytes is not None:
-        return Derived(engine_bytes, (Step(engine[0], engine[1].format(ctx=context_len), engine_bytes),))
+        return Derived(engine_bytes, (Step(engine[0], engine[1].format(ctx=context_len), engine_bytes, "bytes"),))
     if context_len and cell_bytes:
         value = context_len * cell_bytes
-        return Derived(value, (Step(product[0], product[1].format(ctx=context_len, cell=cell_bytes), value),))
-    return Derived(DEFAULT_KV_FLOOR_BYTES, (Step(assumed[0], assumed[1], DEFAULT_KV_FLOOR_BYTES),))
+        return Derived(value, (Step(product[0], product[1].format(ctx=context_len, cell=cell_bytes), value, "bytes"),))
+    return Derived(DEFAULT_KV_FLOOR_BYTES, (Step(assumed[0], assumed[1], DEFAULT_KV_FLOOR_BYTES, "bytes"),))
 
 
 def cell_bytes_mha(kv_heads_per_rank: int, head_dim: int, v_head_dim: int, layers: int, dtype_bytes: float) -> int:
@@ -211,12 +214,12 @@ def sglang_autotune_mfs(
     pre-load free memory, so it matches the applied split only on an empty GPU.
     """
     gpu_mem_mib = capacity_bytes / MIB
-    steps: list[Step] = [Step("card capacity", f"{capacity_bytes} bytes / 2^20", round(gpu_mem_mib, 1))]
+    steps: list[Step] = [Step("card capacity", f"{capacity_bytes} bytes / 2^20", round(gpu_mem_mib, 1), "mib")]
     if era == "A":
         world = tp * pp
         table = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
         value = next(v for n, v in table if world >= n)
-        steps.append(Step("Era A default by TP size", f"tp*pp={world}", value))
+        steps.append(Step("Era A default by TP size", f"tp*pp={world}", value, "fraction"))
         return Derived(value, tuple(steps))
     if era == "B":
         p = tp * pp
@@ -224,7 +227,7 @@ def sglang_autotune_mfs(
         reserve = _era_b_reserve_mib(gpu_mem_mib, p)
         if dp_attention_size:
             reserve += 4 * 1024
-        steps.append(Step("Era B tier reserve (MiB)", f"capacity tier {gib:.0f} GiB, tp*pp={p}", round(reserve, 1)))
+        steps.append(Step("Era B tier reserve (MiB)", f"capacity tier {gib:.0f} GiB, tp*pp={p}", round(reserve, 1), "mib"))
     else:
         default_chunk, default_bs = _tier_defaults(gpu_mem_mib, tp)
         chunk = chunked_prefill_size if chunked_prefill_size and chunked_prefill_size > 0 else default_chunk
@@ -233,13 +236,13 @@ def sglang_autotune_mfs(
         if dp_attention_size:
             reserve += bs * dp_attention_size * 3 + (bs * dp_attention_size * 1.5 if bs > 300 else 0)
             formula += f" + DP attention {bs}*{dp_attention_size}*3"
-        steps.append(Step("activation + graph reserve (MiB)", formula, round(reserve, 1)))
+        steps.append(Step("activation + graph reserve (MiB)", formula, round(reserve, 1), "mib"))
         floor_mib = SGLANG_BIG_GPU_RESERVE_BYTES // MIB
         if capacity_bytes > SGLANG_BIG_GPU_THRESHOLD_BYTES and reserve < floor_mib:
             reserve = floor_mib
-            steps.append(Step("big-GPU floor (MiB)", f"max(reserve, {floor_mib // 1024}*1024) on cards over {SGLANG_BIG_GPU_THRESHOLD_BYTES // GIB} GiB", reserve))
+            steps.append(Step("big-GPU floor (MiB)", f"max(reserve, {floor_mib // 1024}*1024) on cards over {SGLANG_BIG_GPU_THRESHOLD_BYTES // GIB} GiB", reserve, "mib"))
     value = round((gpu_mem_mib - reserve) / gpu_mem_mib, 3)
-    steps.append(Step("auto mem_fraction_static", f"round(({gpu_mem_mib:.0f} - {reserve:.0f}) / {gpu_mem_mib:.0f}, 3)", value))
+    steps.append(Step("auto mem_fraction_static", f"round(({gpu_mem_mib:.0f} - {reserve:.0f}) / {gpu_mem_mib:.0f}, 3)", value, "fraction"))
     return Derived(value, tuple(steps))
 
 
@@ -253,7 +256,7 @@ def sglang_min_activation_reserve_bytes(capacity_hint_bytes: int, tp: int = 1, p
     if capacity_hint_bytes > SGLANG_BIG_GPU_THRESHOLD_BYTES:
         return Derived(
             SGLANG_BIG_GPU_RESERVE_BYTES,
-            (Step("SGLang activation reserve", "10 GiB big-GPU floor of its auto-tune (card over 60 GiB)", SGLANG_BIG_GPU_RESERVE_BYTES),),
+            (Step("SGLang activation reserve", "10 GiB big-GPU floor of its auto-tune (card over 60 GiB)", SGLANG_BIG_GPU_RESERVE_BYTES, "bytes"),),
         )
     p = tp * pp
     era_b_mib = _era_b_reserve_mib(capacity_hint_bytes / MIB, p)
@@ -267,6 +270,7 @@ def sglang_min_activation_reserve_bytes(capacity_hint_bytes: int, tp: int = 1, p
                 "SGLang activation reserve",
                 f"min(Era B tier {era_b_mib:.0f} MiB, current 512 + {max(chunk, 2048)}*1.5 + {bs}*2 + {p}/8*1024 = {current_mib:.0f} MiB)",
                 reserve,
+                "bytes",
             ),
         ),
     )
@@ -293,8 +297,8 @@ def sglang_feasible_window(pre_bytes: int, weights_bytes: int, kv_floor_bytes: i
     low = (weights_bytes + kv_floor_bytes) / pre_bytes
     high = 1.0 - reserve_bytes / pre_bytes
     steps = (
-        Step("lowest y (weights + one request's KV)", f"({_g(weights_bytes)} + {_g(kv_floor_bytes)}) / {_g(pre_bytes)}", round(low, 4)),
-        Step("highest y (keeps SGLang's activation reserve)", f"1 - {_g(reserve_bytes)} / {_g(pre_bytes)}", round(high, 4)),
+        Step("lowest y (weights + one request's KV)", f"({_g(weights_bytes)} + {_g(kv_floor_bytes)}) / {_g(pre_bytes)}", round(low, 4), "fraction"),
+        Step("highest y (keeps SGLang's activation reserve)", f"1 - {_g(reserve_bytes)} / {_g(pre_bytes)}", round(high, 4), "fraction"),
     )
     return Window(low, high, steps)
 
@@ -320,8 +324,8 @@ def lowered_fraction(current: float, base_bytes: int, shortfall_bytes: int, marg
     return Derived(
         value,
         (
-            Step(f"memory to move out of the {name} share", f"shortfall {_g(shortfall_bytes)} + margin {_g(margin_bytes)}", freed),
-            Step(f"lowered {name}", f"{current:g} - {_g(freed)} / {base} {_g(base_bytes)} = {raw:.4f}, rounded down", value),
+            Step(f"memory to move out of the {name} share", f"shortfall {_g(shortfall_bytes)} + margin {_g(margin_bytes)}", freed, "bytes"),
+            Step(f"lowered {name}", f"{current:g} - {_g(freed)} / {base} {_g(base_bytes)} = {raw:.4f}, rounded down", value, "fraction"),
         ),
     )
 
@@ -329,7 +333,7 @@ def lowered_fraction(current: float, base_bytes: int, shortfall_bytes: int, marg
 def sglang_lowered_mfs(mfs: float, pre_bytes: int, shortfall_bytes: int, margin_bytes: int) -> Derived:
     """y lowered so the dynamic region (1-y)*pre grows by the shortfall plus a margin."""
     d = lowered_fraction(mfs, pre_bytes, shortfall_bytes, margin_bytes, "y", "pre")
-    dynamic = Step("dynamic reserve at the lowered y", f"(1 - {d.value:g}) * {_g(pre_bytes)}", sglang_dynamic_region_bytes(pre_bytes, d.value))
+    dynamic = Step("dynamic reserve at the lowered y", f"(1 - {d.value:g}) * {_g(pre_bytes)}", sglang_dynamic_region_bytes(pre_bytes, d.value), "bytes")
     return Derived(d.value, (*d.steps, dynamic))
 
 
@@ -386,8 +390,8 @@ def vllm_kv_derivation(total_bytes: int, util: float, non_kv_bytes: int) -> Deri
     return Derived(
         kv,
         (
-            Step(f"instance budget u*total at u={util:g}", f"{util:g} * {_g(total_bytes)}", round(total_bytes * util)),
-            Step(f"KV budget at u={util:g}", f"{util:g} * {_g(total_bytes)} - non-KV {_g(non_kv_bytes)} = {_g(kv)}", kv),
+            Step(f"instance budget u*total at u={util:g}", f"{util:g} * {_g(total_bytes)}", round(total_bytes * util), "bytes"),
+            Step(f"KV budget at u={util:g}", f"{util:g} * {_g(total_bytes)} - non-KV {_g(non_kv_bytes)} = {_g(kv)}", kv, "bytes"),
         ),
     )
 
@@ -403,6 +407,7 @@ def vllm_util_for_kv(total_bytes: int, non_kv_bytes: int, kv_needed_bytes: int, 
                 "u that holds non-KV memory + one request's KV + margin",
                 f"({_g(non_kv_bytes)} + {_g(kv_needed_bytes)} + {_g(margin_bytes)}) / {_g(total_bytes)} = {raw:.4f}, rounded up",
                 value,
+                "fraction",
             ),
         ),
     )
@@ -414,7 +419,7 @@ def vllm_max_safe_util(free_at_start_bytes: int, total_bytes: int, margin_bytes:
     value = floor_to(raw, 0.01)
     return Derived(
         value,
-        (Step("largest u the free memory allows", f"({_g(free_at_start_bytes)} - {_g(margin_bytes)}) / {_g(total_bytes)} = {raw:.4f}, rounded down", value),),
+        (Step("largest u the free memory allows", f"({_g(free_at_start_bytes)} - {_g(margin_bytes)}) / {_g(total_bytes)} = {raw:.4f}, rounded down", value, "fraction"),),
     )
 
 
@@ -436,26 +441,26 @@ def vllm_lowered_util(util: float, total_bytes: int, shortfall_bytes: int, margi
 def sglang_pre_bytes_from_load_end(avail_bytes: int, mem_usage_bytes: int) -> Derived:
     """Free memory before weights, implied by "Load weight end ... avail mem=A, mem usage=U" (U = pre - A)."""
     pre = avail_bytes + mem_usage_bytes
-    return Derived(pre, (Step("pre from the load-end line", "avail mem + mem usage", pre),))
+    return Derived(pre, (Step("pre from the load-end line", "avail mem + mem usage", pre, "bytes"),))
 
 
 def sglang_weights_derivation(pre_bytes: int, post_bytes: int) -> Derived:
     """Weights W = pre - post, with the step that shows it."""
     weights = sglang_weights_bytes(pre_bytes, post_bytes)
-    return Derived(weights, (Step("weights W = pre - post", f"{_g(pre_bytes)} - {_g(post_bytes)}", weights),))
+    return Derived(weights, (Step("weights W = pre - post", f"{_g(pre_bytes)} - {_g(post_bytes)}", weights, "bytes"),))
 
 
 def sglang_startup_foreign_bytes(capacity_bytes: int, pre_bytes: int, init_bytes: int) -> Derived:
     """Memory held before weights by others: capacity - pre - init - CUDA context, never negative (the step keeps the raw figure)."""
     foreign = capacity_bytes - pre_bytes - init_bytes - CUDA_CONTEXT_BYTES
     formula = f"capacity {capacity_bytes / GIB:.2f} - pre {pre_bytes / GIB:.2f} - init {init_bytes / GIB:.2f} - context {_g(CUDA_CONTEXT_BYTES)}"
-    return Derived(max(foreign, 0), (Step("memory held before weights by others", formula, foreign),))
+    return Derived(max(foreign, 0), (Step("memory held before weights by others", formula, foreign, "bytes"),))
 
 
 def shortfall_bytes(requested_bytes: int, free_bytes: int) -> Derived:
     """What the failed allocation lacked: requested - free, never negative (the step keeps the raw figure)."""
     shortfall = requested_bytes - free_bytes
-    return Derived(max(shortfall, 0), (Step("shortfall", "requested - free", shortfall),))
+    return Derived(max(shortfall, 0), (Step("shortfall", "requested - free", shortfall, "bytes"),))
 
 
 def reclaimable_bytes(free_bytes: int, reserved_unallocated_bytes: int) -> int:
@@ -469,7 +474,7 @@ def unaccounted_derivation(
     """(memory no figure of the OOM message accounts for, never negative; the raw figure; the threshold for another tenant)."""
     pytorch_reserved = (allocated_bytes or 0) + (reserved_unallocated_bytes or 0)
     others, threshold = unaccounted_bytes(capacity_bytes, free_bytes, pytorch_reserved, this_process_bytes)
-    step = Step("memory no figure of the message accounts for", "capacity - free - (this process, else PyTorch allocated + reserved-unallocated)", others)
+    step = Step("memory no figure of the message accounts for", "capacity - free - (this process, else PyTorch allocated + reserved-unallocated)", others, "bytes")
     return Derived(max(others, 0), (step,)), others, threshold
 
 
@@ -496,22 +501,205 @@ def kv_cell_bytes(kv_bytes: int, tokens: int) -> int:
 def vllm_total_bytes_from_budget(requested_bytes: int, util: float) -> Derived:
     """Total GPU memory from vLLM's requested budget u*total and u."""
     total = round(requested_bytes / util)
-    return Derived(total, (Step("total GPU memory", "requested u*total / u", total),))
+    return Derived(total, (Step("total GPU memory", "requested u*total / u", total, "bytes"),))
 
 
 def vllm_non_kv_bytes_from_profile(weights_bytes: int, activation_peak_bytes: int, non_torch_bytes: int) -> Derived:
     """vLLM's non-KV memory from its profile: weights + activation peak + non-torch."""
     non_kv = weights_bytes + activation_peak_bytes + non_torch_bytes
-    return Derived(non_kv, (Step("non-KV memory", "weights + activation peak + non-torch", non_kv),))
+    return Derived(non_kv, (Step("non-KV memory", "weights + activation peak + non-torch", non_kv, "bytes"),))
 
 
 def vllm_non_kv_bytes_from_kv(total_bytes: int, util: float, kv_bytes: int) -> Derived:
     """vLLM's non-KV memory from its KV figure: u*total - available KV."""
     non_kv = round(total_bytes * util) - kv_bytes
-    return Derived(non_kv, (Step("non-KV memory", "u*total - available KV", non_kv),))
+    return Derived(non_kv, (Step("non-KV memory", "u*total - available KV", non_kv, "bytes"),))
 
 
 def vllm_startup_free_deficit_bytes(requested_bytes: int, free_at_start_bytes: int) -> Derived:
     """How far free memory at startup fell short of the requested u*total."""
     deficit = requested_bytes - free_at_start_bytes
-    return Derived(deficit, (Step("requested u*total minus free at start", "requested - free", deficit),))
+    return Derived(deficit, (Step("requested u*total minus free at start", "requested - free", deficit, "bytes"),))
+
+
+# --- One feasibility check for every recommendation ---------------------------------------------------
+#
+# The window of the memory fraction (SGLang's y, vLLM's u) is made of a few quantities; a set of flag
+# changes moves some of them (TP shards the weights, FP8 halves weights or the KV floor, a shorter
+# context shrinks one request's KV, the Omni encoder reserve comes out of the thinker's y). The set is
+# feasible when the fraction it leaves lies inside the window it leaves: the same formulas as the window
+# the report prints, re-evaluated with the changes applied together.
+
+FRACTION_FLAGS = {"sglang": "--mem-fraction-static", "vllm": "--gpu-memory-utilization"}
+TP_FLAGS = ("--tp-size", "--tensor-parallel-size")
+CONTEXT_FLAGS = ("--context-length", "--max-model-len")
+# Equal within what the arithmetic rounds away (fractions are printed to 4 decimals).
+WINDOW_EPSILON = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class FractionBudget:
+    """The quantities a fraction window is computed from, per rank.
+
+    SGLang: window [(W + F)/pre, 1 - R/pre]; vLLM: [(NK + F + margin)/total rounded up, the largest
+    u the free memory allows]. W weights, F one request's KV, R SGLang's activation reserve, NK vLLM's
+    non-KV memory (weights included).
+    """
+
+    system: str
+    fraction: float | None
+    base_bytes: int  # pre (SGLang) or total (vLLM)
+    weights_bytes: int | None
+    kv_floor_bytes: int
+    reserve_bytes: int = 0  # SGLang's activation reserve
+    non_kv_bytes: int = 0  # vLLM
+    max_util: float | None = None  # vLLM: the largest u the free memory allows
+    tp: int = 1
+    pp: int = 1
+    capacity_hint_bytes: int = 0
+    cell_bytes: int | None = None
+    context_len: int | None = None
+    encoder_reserve: float | None = None
+
+    @property
+    def flag(self) -> str:
+        return FRACTION_FLAGS[self.system]
+
+
+@dataclass(frozen=True, slots=True)
+class SetCheck:
+    """A set of changes re-evaluated: the fraction it leaves, the window it leaves, and whether one is in the other."""
+
+    feasible: bool | None  # None: the budget cannot say (the fraction, or what a change does, is unknown)
+    fraction: float | None
+    low: float | None
+    high: float | None
+    steps: tuple[Step, ...]
+
+
+def fraction_window(b: FractionBudget) -> tuple[float, float]:
+    """(lowest, highest) fraction under this budget: the window the report prints."""
+    if b.system == "vllm":
+        low = vllm_util_for_kv(b.base_bytes, b.non_kv_bytes, b.kv_floor_bytes).value
+        return low, b.max_util if b.max_util is not None else 0.0
+    w = sglang_feasible_window(b.base_bytes, b.weights_bytes or 0, b.kv_floor_bytes, b.reserve_bytes)
+    return w.low, w.high
+
+
+def in_window(value: float, low: float, high: float) -> bool:
+    return low - WINDOW_EPSILON <= value <= high + WINDOW_EPSILON
+
+
+def _apply_tp(b: FractionBudget, new_tp: int) -> tuple[FractionBudget | None, Step]:
+    if b.weights_bytes is None or new_tp <= b.tp:
+        return None, Step("weights per rank at the new TP", "weights unknown", None, "text")
+    weights = b.weights_bytes * b.tp // new_tp
+    step = Step(f"weights per rank at TP {new_tp}", f"{_g(b.weights_bytes)} * {b.tp} / {new_tp}", weights, "bytes")
+    if b.system == "vllm":
+        return replace(b, weights_bytes=weights, non_kv_bytes=b.non_kv_bytes - b.weights_bytes + weights, tp=new_tp), step
+    # One request's KV is kept as it is: MLA does not split it, and the floor is often the 1 GiB assumption.
+    pre = b.base_bytes - (NCCL_BYTES if b.tp == 1 else 0)
+    reserve = sglang_min_activation_reserve_bytes(b.capacity_hint_bytes or b.base_bytes, new_tp, b.pp).value
+    return replace(b, weights_bytes=weights, base_bytes=pre, reserve_bytes=reserve, tp=new_tp), step
+
+
+def _apply_quantization(b: FractionBudget) -> tuple[FractionBudget | None, Step]:
+    if b.weights_bytes is None:
+        return None, Step("FP8 weights", "weights unknown", None, "text")
+    weights = b.weights_bytes // 2
+    step = Step("weights in FP8 (half of 16-bit)", f"{_g(b.weights_bytes)} / 2", weights, "bytes")
+    if b.system == "vllm":
+        return replace(b, weights_bytes=weights, non_kv_bytes=b.non_kv_bytes - b.weights_bytes + weights), step
+    return replace(b, weights_bytes=weights), step
+
+
+def _apply_context(b: FractionBudget, tokens: int) -> tuple[FractionBudget | None, Step]:
+    if b.cell_bytes:
+        floor = tokens * b.cell_bytes
+        return replace(b, kv_floor_bytes=floor, context_len=tokens), Step("one request's KV at the shorter context", f"{tokens} tokens * {b.cell_bytes} bytes/token", floor, "bytes")
+    if b.context_len:
+        floor = b.kv_floor_bytes * tokens // b.context_len
+        return replace(b, kv_floor_bytes=floor, context_len=tokens), Step("one request's KV at the shorter context", f"{_g(b.kv_floor_bytes)} * {tokens} / {b.context_len}", floor, "bytes")
+    return None, Step("one request's KV at the shorter context", "per-token KV size unknown", None, "text")
+
+
+def apply_change(b: FractionBudget, flag: str, value: Any) -> tuple[FractionBudget | None, Step | None]:
+    """The budget after one flag change (None: what it does to the window is unknown), and the step that shows it.
+
+    A flag that moves nothing in the window (batch and chunk limits, graphs, allocator settings)
+    returns the budget unchanged and no step.
+    """
+    if flag == b.flag:
+        return replace(b, fraction=float(value)), Step(f"{flag} in this set", f"{flag} {float(value):g}", float(value), "fraction")
+    if flag in TP_FLAGS:
+        return _apply_tp(b, int(value))
+    if flag == "--quantization":
+        return _apply_quantization(b)
+    if flag == "--kv-cache-dtype" and str(value).startswith("fp8"):
+        floor = b.kv_floor_bytes // 2
+        return replace(b, kv_floor_bytes=floor), Step("one request's KV in FP8", f"{_g(b.kv_floor_bytes)} / 2", floor, "bytes")
+    if flag in CONTEXT_FLAGS:
+        return _apply_context(b, int(value))
+    if flag == "--encoder-mem-reserve":
+        if b.fraction is None or b.encoder_reserve is None:
+            return None, Step("the thinker's fraction", "current fraction or encoder reserve unknown", None, "text")
+        fraction = round(b.fraction - (float(value) - b.encoder_reserve), 6)
+        return replace(b, fraction=fraction, encoder_reserve=float(value)), Step(
+            "the thinker's fraction after the encoder reserve", f"{b.fraction:g} - ({float(value):g} - {b.encoder_reserve:g})", fraction, "fraction"
+        )
+    return b, None
+
+
+def check_set(b: FractionBudget, changes: tuple[tuple[str, Any], ...]) -> SetCheck:
+    """Apply every change of a set, then test the fraction it leaves against the window it leaves."""
+    steps: list[Step] = []
+    current: FractionBudget | None = b
+    for flag, value in changes:
+        if current is None or value is None:
+            break
+        current, step = apply_change(current, flag, value)
+        if step is not None:
+            steps.append(step)
+    if current is None or any(v is None for _, v in changes):
+        return SetCheck(None, None, None, None, tuple(steps))
+    low, high = fraction_window(current)
+    name = "u" if b.system == "vllm" else "y"
+    if current.fraction is None:
+        steps.append(Step(f"window of {name} with these changes", f"[{low:.4f}, {high:.4f}]; the applied {name} is unknown", None, "text"))
+        return SetCheck(None, None, low, high, tuple(steps))
+    ok = in_window(current.fraction, low, high)
+    steps.append(
+        Step(
+            f"{name} inside its window with these changes",
+            f"{low:.4f} <= {current.fraction:g} <= {high:.4f}",
+            "yes" if ok else "no",
+            "text",
+        )
+    )
+    return SetCheck(ok, current.fraction, low, high, tuple(steps))
+
+
+def completing_fraction(system: str, fraction: float, low: float, high: float) -> float | None:
+    """The fraction that brings a set back inside its window, None when the window is empty.
+
+    Above it: the top rounded down to 0.01. Below it: SGLang's choice in the window (choose_in_window),
+    vLLM's least u that holds the need (the window's low end, already rounded up to 0.01).
+    """
+    if low > high + WINDOW_EPSILON:
+        return None
+    if fraction > high:
+        value = floor_to(high, 0.01)
+        return value if value >= low - WINDOW_EPSILON and value > 0 else choose_in_window(Window(low, high, ()))
+    if fraction < low:
+        return low if system == "vllm" else choose_in_window(Window(low, high, ()))
+    return fraction
+
+
+def longest_context(b: FractionBudget, fraction: float) -> int | None:
+    """The longest context (a multiple of 1024 tokens) whose one request still fits at this fraction, or None."""
+    if not b.cell_bytes or b.weights_bytes is None:
+        return None
+    held = b.non_kv_bytes + VLLM_MARGIN_BYTES if b.system == "vllm" else b.weights_bytes
+    room = int(fraction * b.base_bytes) - held
+    tokens = room // b.cell_bytes // 1024 * 1024
+    return tokens if tokens >= 1024 else None

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from oomdoctor import advice
 from oomdoctor.diagnosis import Diagnosis, Finding
+from oomdoctor.facts import Facts
 
 SCHEMA_VERSION = 1
 # What a finding may add beyond the fixed keys: the processes of a foreign_process finding, and the
@@ -29,20 +31,29 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def finding_json(f: Finding) -> dict[str, Any]:
+def finding_json(f: Finding, facts: Facts | None = None) -> dict[str, Any]:
+    recommendations = list(f.recommendations)
+    extra = dict(f.extra)
+    if facts is not None and f.rule_id == "sglang-startup-foreign-memory":
+        # Memory held before the server started: an action (find and free it) and the holder in the list,
+        # which the OOM message's process list (the server alone) does not show.
+        recommendations = recommendations or advice.startup_foreign_actions(facts)
+        held = facts.get("startup_foreign_bytes")
+        if held and not any(not p.get("is_self") for p in extra.get("processes", [])):
+            extra["processes"] = [*extra.get("processes", []), {"pid": None, "used_bytes": held, "is_self": False, "what": "held before the server started (not in the OOM message)"}]
     out = {
         "rule": f.rule_id,
         "class": f.klass,
         "confidence": f.confidence,
         "message": f.message,
         "evidence": [{"path": r.path, "line": r.line, "rank": r.rank, "text": r.text} for r in f.evidence],
-        "recommendations": [r.to_json() for r in f.recommendations],
+        "recommendations": [r.to_json() for r in recommendations],
         "confidence_factors": [x.to_json() for x in f.factors],
     }
-    unknown = set(f.extra) - EXTRA_KEYS
+    unknown = set(extra) - EXTRA_KEYS
     if unknown:
         raise ValueError(f"finding {f.rule_id}: extra keys outside the contract: {sorted(unknown)}")
-    out.update(f.extra)
+    out.update(extra)
     return out
 
 
@@ -73,7 +84,7 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
                 "phase": {"name": d.phase.name, "source": d.phase.source},
                 "confidence_factors": [f.to_json() for f in d.confidence_factors],
             },
-            "findings": [finding_json(f) for f in d.findings],
+            "findings": [finding_json(f, d.facts) for f in d.findings],
             "budget": d.budget,
             "incidents": incidents,
             "not_evaluated": d.not_evaluated,

@@ -16,7 +16,13 @@ from oomdoctor import budget
 from oomdoctor.budget import Derived, Step
 from oomdoctor.errors import InputError
 from oomdoctor.gpus import gpu_table
-from oomdoctor.units import GIB, MIB, gib_text
+from oomdoctor.render.text import step_value as format_step_value
+from oomdoctor.units import GIB, gib_text
+
+# How close to the window the engine's own default may be and still be called "at the edge" rather than
+# outside: the CUDA context (and NCCL) the window assumes is an estimate (0.3-1 GiB in practice), which
+# moves both ends of the window by about this much.
+EDGE_TOLERANCE = 0.01
 
 # What a fresh server spends before SGLang's first free-memory reading (pre = capacity - this):
 # budget.CUDA_CONTEXT_BYTES and, with TP > 1, budget.NCCL_BYTES.
@@ -144,12 +150,12 @@ def cell_bytes(m: Model, tp: int, kv_dtype_bytes: float) -> Derived:
     """KV bytes per token on one rank."""
     if m.mla:
         value = budget.cell_bytes_mla(m.mla[0], m.mla[1], m.layers, kv_dtype_bytes)
-        return Derived(value, (Step("KV bytes per token (MLA, not split by TP)", f"({m.mla[0]} + {m.mla[1]}) * {m.layers} layers * {kv_dtype_bytes:g} B", value),))
+        return Derived(value, (Step("KV bytes per token (MLA, not split by TP)", f"({m.mla[0]} + {m.mla[1]}) * {m.layers} layers * {kv_dtype_bytes:g} B", value, "bytes_per_token"),))
     per_rank = max(1, m.kv_heads // tp)
     value = budget.cell_bytes_mha(per_rank, m.head_dim, m.v_head_dim, m.layers, kv_dtype_bytes)
     return Derived(
         value,
-        (Step("KV bytes per token (MHA/GQA, per rank)", f"{per_rank} KV heads * ({m.head_dim} + {m.v_head_dim}) * {m.layers} layers * {kv_dtype_bytes:g} B", value),),
+        (Step("KV bytes per token (MHA/GQA, per rank)", f"{per_rank} KV heads * ({m.head_dim} + {m.v_head_dim}) * {m.layers} layers * {kv_dtype_bytes:g} B", value, "bytes_per_token"),),
     )
 
 
@@ -162,10 +168,12 @@ def plan(
     kv_cache_dtype: str = "auto",
     system: str = "sglang",
     at: float | None = None,
+    suggest: bool = True,
 ) -> dict[str, Any]:
     """The budget at launch: the feasible window, the recommended and auto values, tokens, and what fits.
 
-    ``at`` also evaluates one given value of the flag (the one a launch script pins, say).
+    ``at`` also evaluates one given value of the flag (the one a launch script pins, say). When the model
+    does not fit, ``shorter_context`` is the longest context at which it does (on this GPU and TP).
     """
     if model.weights_bytes is None:
         raise ValueError(f"{model.name}: weights unknown (load_model fills them in)")
@@ -178,11 +186,11 @@ def plan(
     overhead = budget.CUDA_CONTEXT_BYTES + (budget.NCCL_BYTES if tp > 1 else 0)
     pre = capacity_bytes - overhead
     steps: list[Step] = [
-        Step("card capacity", gpu_name, capacity_bytes),
-        Step("pre: free before weights (estimated)", f"capacity - CUDA context {gib_text(budget.CUDA_CONTEXT_BYTES)}{f' - NCCL {gib_text(budget.NCCL_BYTES)}' if tp > 1 else ''}", pre),
-        Step("weights per rank", f"{gib_text(weights)} ({model.weights_source}) / tp {tp}", weights_rank),
+        Step("card capacity", gpu_name, capacity_bytes, "bytes"),
+        Step("pre: free before weights (estimated)", f"capacity - CUDA context {gib_text(budget.CUDA_CONTEXT_BYTES)}{f' - NCCL {gib_text(budget.NCCL_BYTES)}' if tp > 1 else ''}", pre, "bytes"),
+        Step("weights per rank", f"{gib_text(weights)} ({model.weights_source}) / tp {tp}", weights_rank, "bytes"),
         *cell.steps,
-        Step("one max-length request's KV", f"{ctx} tokens * {cell.value} B", one_request),
+        Step("one max-length request's KV", f"{ctx} tokens * {cell.value} B", one_request, "bytes"),
     ]
     result: dict[str, Any] = {
         "system": system,
@@ -201,7 +209,7 @@ def plan(
     }
     if system == "vllm":
         non_kv = weights_rank + VLLM_ACTIVATION_BYTES + (budget.NCCL_BYTES if tp > 1 else 0)
-        steps.append(Step("non-KV memory (weights + estimated activation peak and non-torch)", f"weights + {VLLM_ACTIVATION_BYTES / GIB:.1f} GiB", non_kv))
+        steps.append(Step("non-KV memory (weights + estimated activation peak and non-torch)", f"weights + {VLLM_ACTIVATION_BYTES / GIB:.1f} GiB", non_kv, "bytes"))
         low = budget.vllm_util_for_kv(capacity_bytes, non_kv, one_request)
         high = budget.vllm_max_safe_util(capacity_bytes - budget.CUDA_CONTEXT_BYTES, capacity_bytes)
         steps += [*low.steps, *high.steps]
@@ -233,18 +241,53 @@ def plan(
     result["feasible"] = bool(feasible and rec is not None)
     result["recommended"] = rec
     result["default_in_window"] = low_w <= default <= high_w
+    result["default_position"] = default_position(default, low_w, high_w)
     result["kv_at_default_bytes"] = kv_at(default)
     if rec is not None:
         kv = kv_at(rec)
         tokens = budget.kv_tokens(kv, cell.value)
-        steps.append(Step(f"KV budget at {rec:g}", f"{result['flag']} {rec:g}", kv))
+        steps.append(Step(f"KV budget at {rec:g}", f"{result['flag']} {rec:g}", kv, "bytes"))
         result.update({"kv_bytes": kv, "kv_tokens": tokens, "max_concurrency": round(tokens / ctx, 2)})
     if at is not None:
         kv = kv_at(at)
         result["at"] = {"value": at, "kv_bytes": kv, "kv_tokens": budget.kv_tokens(kv, cell.value), "feasible": bool(low_w <= at <= high_w)}
-        steps.append(Step(f"KV budget at {at:g}", f"{result['flag']} {at:g}", kv))
+        steps.append(Step(f"KV budget at {at:g}", f"{result['flag']} {at:g}", kv, "bytes"))
+    if suggest and not result["feasible"]:
+        shorter = _shorter_context(model, capacity_bytes, gpu_name, tp, ctx, kv_cache_dtype, system, cell.value, float(high_w), weights_rank, pre)
+        if shorter is not None:
+            result["shorter_context"] = shorter
+            steps.append(Step("longest context that fits", f"{shorter['flag']} {shorter['value']}: one request's KV beside the weights inside the window", shorter["value"], "tokens"))
     result["derivation"] = [s.to_json() for s in steps]
     return result
+
+
+def default_position(default: float, low: float, high: float) -> str:
+    """"inside", "at the edge" (within EDGE_TOLERANCE of an end the CUDA-context estimate moves), or "outside"."""
+    if low <= default <= high:
+        return "inside"
+    if low - EDGE_TOLERANCE <= default <= high + EDGE_TOLERANCE and low <= high + EDGE_TOLERANCE:
+        return "at the edge"
+    return "outside"
+
+
+def _shorter_context(
+    model: Model, capacity_bytes: int, gpu_name: str, tp: int, ctx: int, kv_cache_dtype: str, system: str, cell: int, high: float, weights_rank: int, pre: int
+) -> dict[str, Any] | None:
+    """The longest context (a multiple of 1024 below ``ctx``) at which the model fits, checked by planning it again."""
+    if cell <= 0:
+        return None
+    if system == "vllm":
+        non_kv = weights_rank + VLLM_ACTIVATION_BYTES + (budget.NCCL_BYTES if tp > 1 else 0)
+        room = int(high * capacity_bytes) - non_kv - budget.VLLM_MARGIN_BYTES
+    else:
+        room = int(high * pre) - weights_rank
+    tokens = min(room // cell, ctx - 1) // 1024 * 1024
+    while tokens >= 1024:
+        p = plan(model, capacity_bytes, gpu_name, tp, tokens, kv_cache_dtype, system, suggest=False)
+        if p["feasible"]:
+            return {"flag": "--max-model-len" if system == "vllm" else "--context-length", "value": tokens, "recommended": p["recommended"], "kv_tokens": p.get("kv_tokens")}
+        tokens -= 1024
+    return None
 
 
 def what_fits(model: Model, context_len: int | None, kv_cache_dtype: str, system: str, tp_sizes: tuple[int, ...] = (1, 2, 4, 8)) -> list[dict[str, Any]]:
@@ -259,14 +302,27 @@ def what_fits(model: Model, context_len: int | None, kv_cache_dtype: str, system
     return out
 
 
+def _position_words(p: dict[str, Any]) -> str:
+    position = p.get("default_position") or ("inside" if p["default_in_window"] else "outside")
+    if position == "at the edge":
+        return f"at the edge of the window: within {EDGE_TOLERANCE:g} of it, less than the CUDA-context estimate's uncertainty"
+    return "inside the window" if position == "inside" else "OUTSIDE the window"
+
+
 def render_text(p: dict[str, Any], fits: list[dict[str, Any]]) -> str:
     g = gib_text
     lines = [
         f"PLAN: {p['model']} on {p['gpu']} ({g(p['capacity_bytes'])}), tp={p['tp_size']}, context {p['context_len']}, {p['system']}",
         f"  weights {g(p['weights_bytes'])} ({p['weights_source']}), {g(p['weights_per_rank_bytes'])} per rank; KV {p['cell_bytes']} B/token ({p['attention']})",
         f"  feasible {p['flag']}: {p['window'][0]:.3f} to {p['window'][1]:.3f}" + ("" if p["feasible"] else "  -> EMPTY: the model does not fit"),
-        f"  {p['default_source']}: {p['default']:g} ({'inside' if p['default_in_window'] else 'OUTSIDE'} the window; KV there {g(p['kv_at_default_bytes'])})",
+        f"  {p['default_source']}: {p['default']:g} ({_position_words(p)}; KV there {g(p['kv_at_default_bytes'])})",
     ]
+    shorter = p.get("shorter_context")
+    if shorter:
+        lines.append(
+            f"  shorter context: {shorter['flag']} {shorter['value']} fits here ({p['flag']} {shorter['recommended']:g}, {shorter['kv_tokens']} KV tokens)"
+            f" -- the usual fix; or a bigger GPU / more TP below"
+        )
     if p.get("at"):
         a = p["at"]
         lines.append(f"  at {p['flag']} {a['value']:g}: KV {g(a['kv_bytes'])} ({a['kv_tokens']} tokens) -> {'feasible' if a['feasible'] else 'INFEASIBLE'}")
@@ -276,9 +332,7 @@ def render_text(p: dict[str, Any], fits: list[dict[str, Any]]) -> str:
         lines.append(f"  note: {n}")
     lines.append("  derivation:")
     for s in p["derivation"]:
-        value = s["value"]
-        shown = g(value) if isinstance(value, int) and abs(value) >= MIB and "token" not in s["step"] else value
-        lines.append(f"    - {s['step']}: {s['formula']} -> {shown}")
+        lines.append(f"    - {s['step']}: {s['formula']} -> {format_step_value(s['value'], s.get('unit', ''))}")
     if not p["feasible"]:
         lines.append("  fits on:" if fits else "  fits on: no known GPU at TP <= 8")
         for f in fits:

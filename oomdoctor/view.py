@@ -31,14 +31,18 @@ SEGMENTS = (
 
 def build_view(d: Diagnosis, redact: bool = True) -> dict[str, Any]:
     data = to_dict(d)
-    data["report"] = _report(d)
+    data["report"] = _report(d, data)
     return redact_obj(data) if redact else data
 
 
-def _report(d: Diagnosis) -> dict[str, Any]:
+def _report(d: Diagnosis, data: dict[str, Any]) -> dict[str, Any]:
     f = d.facts
+    recs = data["findings"][0]["recommendations"] if data["findings"] else []
     report: dict[str, Any] = {
-        "flags": _flag_block(d),
+        "flags": _flag_block(recs),
+        "flags_are_commands": any(r["role"] == "primary" and r["direction"] == "run" for r in recs),
+        "alternatives": _alternatives(recs, "alternative"),
+        "not_workable": _alternatives(recs, "not_workable"),
         "gpus": [],
         "recommended_gpu": None,
         "timeline": {},
@@ -77,22 +81,28 @@ def _legend(bars: list[dict[str, Any]]) -> list[dict[str, str]]:
     return [{"kind": k, "label": label} for k, label in seen]
 
 
-def _flag_block(d: Diagnosis) -> str:
-    lines: list[str] = []
-    seen: set[str] = set()
-    for finding in d.findings[:1]:
-        for r in finding.recommendations:
-            if r.value is None or r.flag in seen:
-                continue
-            seen.add(r.flag)
-            if r.flag.startswith("--"):
-                value = "" if r.value is True else f" {r.value}"
-                lines.append(f"{r.flag}{value}")
-            elif r.flag.isupper():
-                lines.append(f"export {r.flag}={r.value}")
-            else:
-                lines.append(f"# in your script: {r.flag} = {r.value}")
-    return "\n".join(lines)
+def _set_lines(r: dict[str, Any]) -> list[str]:
+    """The paste lines of a recommendation and the companions that make it one consistent set."""
+    return [line for line in (r.get("paste"), *(c.get("paste") for c in r.get("with", []))) if line]
+
+
+def _flag_block(recs: list[dict[str, Any]]) -> str:
+    """The verdict's ONE consistent set of changes (its primary recommendation and companions), one per line."""
+    primary = next((r for r in recs if r.get("role") == "primary"), None)
+    return "\n".join(_set_lines(primary)) if primary else ""
+
+
+def _alternatives(recs: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    """The other sets ("or", each instead of the primary one) or the changes the budget rejects, with their cost."""
+    out = []
+    for r in recs:
+        if r.get("role") != role:
+            continue
+        lines = _set_lines(r)
+        if not lines and role == "alternative":
+            continue
+        out.append({"paste": " ".join(lines), "flag": r["flag"], "direction": r["direction"], "cost": r.get("cost") or "", "why": r["why"]})
+    return out
 
 
 def _segments(**values: int | None) -> list[dict[str, Any]]:
@@ -229,10 +239,14 @@ def _token_pool_bar(f: Facts, r: Readings) -> list[dict[str, Any]]:
 
 
 def _recommended_value(d: Diagnosis, flag: str) -> float | None:
+    """The fraction the verdict's pasted set leaves (its own value or a companion's), never a rejected one."""
     for finding in d.findings[:1]:
         for r in finding.recommendations:
-            if r.flag == flag and isinstance(r.value, float):
-                return r.value
+            if r.role != "primary":
+                continue
+            for change in (r, *r.companions):
+                if change.flag == flag and isinstance(change.value, float):
+                    return change.value
     return None
 
 

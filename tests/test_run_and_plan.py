@@ -46,15 +46,18 @@ def test_run_passes_output_through_and_records_the_oom(tmp_path: Path) -> None:
     expected = subprocess.run([sys.executable, str(script)], capture_output=True)
     out, err = io.BytesIO(), io.BytesIO()
     scenario = fakes.load("accounted")
-    rec = tmp_path / "rec"
+    out_dir = tmp_path / "rec"
     code = flight.run(
-        [sys.executable, str(script)], str(rec), interval_ms=20, nvml_module=fakes.FakeNvml(scenario), psutil_module=fakes.FakePsutil(scenario), stdout=out, stderr=err
+        [sys.executable, str(script)], str(out_dir), interval_ms=20, nvml_module=fakes.FakeNvml(scenario), psutil_module=fakes.FakePsutil(scenario), stdout=out, stderr=err
     )
+    rec = out_dir / "latest"
     assert code == 1 == expected.returncode
     assert out.getvalue() == expected.stdout  # byte for byte, invalid UTF-8 and the unterminated line included
     assert err.getvalue().startswith(expected.stderr)
-    assert b"oomdoctor: runtime_activation: report at" in err.getvalue()[len(expected.stderr):]
-    assert sorted(p.name for p in rec.iterdir()) == ["diagnosis.json", "manifest.json", "report.html", "samples.json", "server.log"]
+    # The summary line names the flag to change, then where the report is.
+    assert b"oomdoctor: runtime_activation: lower --mem-fraction-static from 0.838 to " in err.getvalue()[len(expected.stderr):]
+    assert b"; report at " in err.getvalue()[len(expected.stderr):]
+    assert _names(rec) == ["diagnosis.json", "manifest.json", "report.html", "samples.json", "server.log"]
     manifest = json.loads((rec / "manifest.json").read_text())
     assert manifest["oom_seen"] and manifest["child_exit_code"] == 1 and manifest["gpu_evidence"]["source"] == "nvml"
     assert manifest["gpus"][0]["processes"][0]["pid"] == 4242 and manifest["gpus"][0]["processes"][0]["is_server"]
@@ -67,12 +70,17 @@ def test_run_passes_output_through_and_records_the_oom(tmp_path: Path) -> None:
     assert (rec / "server.log").read_bytes() == expected.stdout + expected.stderr
 
 
+def _names(run_dir: Path) -> list[str]:
+    """A run directory's files, without the recorder's lock file."""
+    return sorted(p.name for p in run_dir.iterdir() if p.name != flight.LOCK_NAME)
+
+
 def test_run_clean_exit_writes_no_bundle(tmp_path: Path) -> None:
     rec = tmp_path / "rec"
     out, err = io.BytesIO(), io.BytesIO()
     code = flight.run([sys.executable, "-c", "print('ok')"], str(rec), nvml_module=fakes.FakeNvml(fakes.load("idle_reserved")), psutil_module=None, stdout=out, stderr=err)
     assert code == 0 and out.getvalue() == b"ok\n"
-    assert sorted(p.name for p in rec.iterdir()) == ["server.log"]
+    assert _names(rec / "latest") == ["server.log"]
 
 
 SIG_CHILD = textwrap.dedent(
@@ -100,11 +108,12 @@ def test_run_forwards_signals_and_exits_with_the_childs_code(tmp_path: Path, sig
     rest, err = p.communicate(timeout=30)
     assert p.returncode == child_code, err
     assert rest == f"got {int(sig)}\n".encode()
-    assert (rec / "server.log").read_bytes() == b"ready\n" + rest
-    manifest = json.loads((rec / "manifest.json").read_text())
+    run_dir = rec / "latest"
+    assert (run_dir / "server.log").read_bytes() == b"ready\n" + rest
+    manifest = json.loads((run_dir / "manifest.json").read_text())
     # This machine has no GPU: the log is still recorded, and the bundle says why there are no samples.
     if manifest["gpu_evidence"]["unavailable"]:
-        assert json.loads((rec / "samples.json").read_text())["unavailable"]
+        assert json.loads((run_dir / "samples.json").read_text())["unavailable"]
 
 
 # --- plan ----------------------------------------------------------------------------------------

@@ -117,6 +117,6 @@ def vllm_window(f: Facts) -> None:
     needed = budget.vllm_util_for_kv(total, non_kv, need)
     f.set("min_viable_util", needed.value, derivation=needed)
     free = f.get("free_at_start_bytes")
-    cap = budget.vllm_max_safe_util(free, total) if free else Derived(0.95, (Step("largest u (free memory at start unknown)", "vLLM's usual ceiling", 0.95),))
+    cap = budget.vllm_max_safe_util(free, total) if free else Derived(0.95, (Step("largest u (free memory at start unknown)", "vLLM's usual ceiling", 0.95, "fraction"),))
     f.set("max_safe_util", min(cap.value, VLLM_UTIL_CEILING), derivation=cap)
     f.set("weights_fit", needed.value <= min(cap.value, VLLM_UTIL_CEILING))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from oomdoctor.render.text import fmt, recommendation_head
+from oomdoctor.render.text import fmt, recommendation_head, step_value
 from oomdoctor.units import format_bytes
 
 LIMIT = 60_000
@@ -29,13 +29,29 @@ def _head(view: dict) -> list[str]:
     out = [f"## oomdoctor: `{v['class']}` (confidence {v['confidence']:.2f})", "", v["summary"], ""]
     report = view.get("report", {})
     if report.get("flags"):
-        out += ["### Change", "", _fence(report["flags"], "bash"), ""]
+        title = "### Run first" if report.get("flags_are_commands") else "### Change (one consistent set)"
+        out += [title, "", _fence(report["flags"], "bash"), ""]
+    if report.get("alternatives"):
+        out += ["Or, instead of that:", ""] + [f"- {_code(a['paste'])}" + (f" (cost: {_cell(a['cost'])})" if a["cost"] else "") for a in report["alternatives"]] + [""]
+    if report.get("not_workable"):
+        out += ["Not workable on this budget:", ""] + [f"- {_code(a['paste'] or a['flag'])}: {_cell(a['why'])}" for a in report["not_workable"]] + [""]
     recs = view["findings"][0]["recommendations"] if view["findings"] else []
     if recs:
-        out += ["| change | why |", "|---|---|"]
-        out += [f"| `{_cell(recommendation_head(r))}` | {_cell(r['why'])} |" for r in recs]
+        out += ["| change | role | cost | why |", "|---|---|---|---|"]
+        out += [f"| {_code(recommendation_head(r))} | {_ROLES.get(r.get('role', ''), '')} | {_cell(r.get('cost') or '')} | {_cell(r['why'])} |" for r in recs]
         out.append("")
     return out
+
+
+_ROLES = {"primary": "the set above", "alternative": "or", "not_workable": "not workable"}
+
+
+def _code(text: str) -> str:
+    """Inline code that survives backticks and pipes in the text (a table cell)."""
+    text = text.replace("|", "\\|").replace("\n", " ")
+    ticks = "``" if "`" in text else "`"
+    pad = " " if ticks == "``" else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
 
 
 def _gpus(view: dict) -> list[str]:
@@ -55,7 +71,10 @@ def _gpus(view: dict) -> list[str]:
     processes = [p for f in view["findings"] for p in f.get("processes", [])]
     if processes:
         out += ["| process | GPU memory | role |", "|---|---|---|"]
-        out += [f"| {p['pid'] if p['pid'] is not None else 'this process'} | {format_bytes(p['used_bytes'])} | {'server' if p['is_self'] else 'other'} |" for p in processes]
+        out += [
+            f"| {p['pid'] if p['pid'] is not None else ('this process' if p['is_self'] else 'unidentified')} | {format_bytes(p['used_bytes'])} | {_cell(p.get('what') or ('server' if p['is_self'] else 'other'))} |"
+            for p in processes
+        ]
         out.append("")
     return out
 
@@ -99,7 +118,7 @@ def _details(view: dict) -> list[list[str]]:
             block.append(_fence("\n".join(lines)))
         for r in f["recommendations"]:
             if r["derivation"]:
-                steps = "\n".join(f"{s['step']}: {s['formula']} -> {s['value']}" for s in r["derivation"])
+                steps = "\n".join(f"{s['step']}: {s['formula']} -> {step_value(s['value'], s.get('unit', ''))}" for s in r["derivation"])
                 block += ["", f"Derivation of `{recommendation_head(r)}`:", "", _fence(steps)]
         block += ["", "</details>", ""]
         blocks.append(block)

@@ -6,13 +6,21 @@ from typing import Any
 
 from jinja2 import Environment, StrictUndefined
 
-from oomdoctor.units import MIB
+from oomdoctor.render.text import step_value
 from oomdoctor.units import gib_text as _g
 
 
 def _value(s: dict[str, Any]) -> str:
-    v = s["value"]
-    return _g(v) if isinstance(v, int) and abs(v) >= MIB and "token" not in s["step"] else str(v)
+    return step_value(s["value"], s.get("unit", ""))
+
+
+def _position(p: dict[str, Any]) -> str:
+    return p.get("default_position") or ("inside" if p["default_in_window"] else "outside")
+
+
+def _shorter(p: dict[str, Any]) -> str:
+    s = p.get("shorter_context")
+    return f"{s['flag']} {s['value']}" if s else ""
 
 
 def markdown(p: dict[str, Any]) -> str:
@@ -20,9 +28,12 @@ def markdown(p: dict[str, Any]) -> str:
         f"## oomdoctor plan: {p['model']} on {p['gpu']} (tp={p['tp_size']}, {p['system']})",
         "",
         f"**{'Fits' if p['feasible'] else 'Does not fit'}.** Feasible `{p['flag']}`: {p['window'][0]:.3f} to {p['window'][1]:.3f}; "
-        f"{p['default_source']} {p['default']:g} is {'inside' if p['default_in_window'] else 'outside'} it.",
+        f"{p['default_source']} {p['default']:g} is {_position(p)}{'' if _position(p) == 'at the edge' else ' it'}.",
         "",
     ]
+    if p.get("shorter_context"):
+        s = p["shorter_context"]
+        lines += [f"A shorter context fits (the usual fix): `{_shorter(p)}` with `{p['flag']} {s['recommended']:g}` ({s['kv_tokens']} KV tokens).", ""]
     if p["recommended"] is not None:
         lines += ["```bash", f"{p['flag']} {p['recommended']:g}", "```", "", f"KV {_g(p['kv_bytes'])}: {p['kv_tokens']} tokens, {p['max_concurrency']}x requests of {p['context_len']} tokens.", ""]
     if p.get("at"):
@@ -44,7 +55,8 @@ table{border-collapse:collapse}td,th{border:1px solid #d0d7de;padding:3px 8px}pr
 .bad{color:#d62728}.ok{color:#2ca02c}</style></head><body>
 <h1>Plan: {{ p.model }} on {{ p.gpu }}</h1>
 <p id="verdict" class="{{ 'ok' if p.feasible else 'bad' }}">{{ 'Fits' if p.feasible else 'Does not fit' }}: feasible {{ p.flag }} {{ "%.3f"|format(p.window[0]) }} to {{ "%.3f"|format(p.window[1]) }};
-{{ p.default_source }} {{ p.default }} is {{ 'inside' if p.default_in_window else 'outside' }} it.</p>
+{{ p.default_source }} {{ p.default }} is {{ position(p) }}{% if position(p) != 'at the edge' %} it{% endif %}.</p>
+{% if p.get('shorter_context') %}<p id="shorter-context">A shorter context fits (the usual fix): <code>{{ shorter(p) }}</code> with <code>{{ p.flag }} {{ p.shorter_context.recommended }}</code> ({{ p.shorter_context.kv_tokens }} KV tokens).</p>{% endif %}
 {% if p.recommended is not none %}<pre id="flags">{{ p.flag }} {{ p.recommended }}</pre>
 <p>KV {{ g(p.kv_bytes) }}: {{ p.kv_tokens }} tokens, {{ p.max_concurrency }}x requests of {{ p.context_len }} tokens.</p>{% endif %}
 <table><tr><th>step</th><th>formula</th><th>value</th></tr>{% for s in p.derivation %}<tr><td>{{ s.step }}</td><td><code>{{ s.formula }}</code></td><td>{{ value(s) }}</td></tr>{% endfor %}</table>
@@ -55,4 +67,4 @@ table{border-collapse:collapse}td,th{border:1px solid #d0d7de;padding:3px 8px}pr
 
 def html(p: dict[str, Any]) -> str:
     env = Environment(autoescape=True, undefined=StrictUndefined)
-    return env.from_string(_HTML).render(p=p, g=_g, value=_value)
+    return env.from_string(_HTML).render(p=p, g=_g, value=_value, position=_position, shorter=_shorter)

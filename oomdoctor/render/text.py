@@ -7,12 +7,23 @@ from typing import Any
 from oomdoctor.units import format_bytes
 
 
-def step_value(value: Any, step: str) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1 << 20 and "token" not in step:
+# How a derivation step's value is shown, by its unit (budget.Step.unit); never guessed from its size.
+def step_value(value: Any, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, (bool, str)) or not isinstance(value, (int, float)):
+        return str(value)
+    if unit == "bytes":
         return format_bytes(value)
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
+    if unit == "bytes_per_token":
+        return f"{value} bytes/token"
+    if unit == "mib":
+        return f"{value:g} MiB"
+    if unit == "tokens":
+        return f"{value} tokens"
+    if unit == "count":
+        return str(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def fmt(value: Any) -> str:
@@ -20,25 +31,62 @@ def fmt(value: Any) -> str:
 
 
 def recommendation_head(r: dict) -> str:
+    """One change in words; where it has a value, what to paste is in it verbatim."""
+    if r["direction"] == "run":
+        return f"run: {r['flag']}"
     if r["value"] is None:
         return f"{r['direction']} {r['flag']}"
-    if r.get("current") is not None:
+    paste = r.get("paste")
+    if r.get("current") is not None and r["flag"].startswith("--") and not isinstance(r["value"], bool):
         return f"{r['direction']} {r['flag']} from {fmt(r['current'])} to {fmt(r['value'])}"
-    return f"{r['direction']} {r['flag']} {'=' if r['direction'] == 'set' else 'to'} {fmt(r['value'])}"
+    if paste:
+        return f"{r['direction']}: {paste}"
+    return f"{r['direction']} {r['flag']} to {fmt(r['value'])}"
 
 
-def _finding(f: dict, primary: bool) -> list[str]:
+_ROLE_TAGS = {"primary": "", "alternative": " [or]", "not_workable": " [not workable]"}
+
+
+def change_block(report: dict) -> list[str]:
+    """The verdict's one set to paste, then each alternative set ("or") with its cost, then what does not work."""
+    lines: list[str] = []
+    if report.get("flags"):
+        title = "run first:" if report.get("flags_are_commands") else "change the launch flags (one consistent set):"
+        lines.append(f" {title}")
+        lines += [f"    {line}" for line in report["flags"].splitlines()]
+    alternatives = report.get("alternatives") or []
+    if alternatives:
+        lines.append(" or, instead of that:")
+        lines += [f"    {a['paste']}" + (f"   (cost: {a['cost']})" if a["cost"] else "") for a in alternatives]
+    rejected = report.get("not_workable") or []
+    if rejected:
+        lines.append(" not workable on this budget:")
+        lines += [f"    {a['paste'] or a['flag']}" + (f"   (cost: {a['cost']})" if a["cost"] else "") for a in rejected]
+    return lines
+
+
+def process_label(p: dict) -> str:
+    if p.get("what"):
+        return p["what"]
+    return "the server itself" if p["is_self"] else "another process"
+
+
+def _finding(f: dict, primary: bool, report: dict | None = None) -> list[str]:
     lines = [f"{'VERDICT' if primary else 'also'}: {f['class']} (confidence {f['confidence']:.2f}, rule {f['rule'] or '-'})", f"  {f['message']}"]
+    if primary and report:
+        lines += change_block(report)
     if f["recommendations"]:
-        lines.append(" change:")
+        lines.append(" change:" if not primary else " each change, why and how it was computed:")
         for r in f["recommendations"]:
-            lines.append(f"  {recommendation_head(r)}")
+            lines.append(f"  {recommendation_head(r)}{_ROLE_TAGS.get(r.get('role', ''), '')}")
+            for c in r.get("with", []):
+                lines.append(f"    with {recommendation_head(c)}")
             lines.append(f"    why: {r['why']}")
             for s in r["derivation"]:
-                lines.append(f"    - {s['step']}: {s['formula']} -> {step_value(s['value'], s['step'])}")
+                lines.append(f"    - {s['step']}: {s['formula']} -> {step_value(s['value'], s.get('unit', ''))}")
     for p in f.get("processes", []):
-        who = "the server itself" if p["is_self"] else "another process"
-        lines.append(f"  process {p['pid'] if p['pid'] is not None else '(this process)'}: {format_bytes(p['used_bytes'])} ({who})")
+        pid = p["pid"] if p["pid"] is not None else ("(this process)" if p["is_self"] else "(unidentified)")
+        lines.append(f"  process {pid}: {format_bytes(p['used_bytes'])} ({process_label(p)})")
     if f["evidence"]:
         lines.append(" evidence:")
         for ref in f["evidence"]:
@@ -76,7 +124,7 @@ def render(view: dict) -> str:
     if not view["findings"]:
         out.append(f"VERDICT: none - {view['verdict']['summary']}")
     for i, f in enumerate(view["findings"]):
-        out.extend(_finding(f, i == 0))
+        out.extend(_finding(f, i == 0, view.get("report")))
         if i == 0:
             if phase.get("name") not in (None, "unknown"):
                 out.append(f"  phase: {phase['name']} (from {phase['source']})")
