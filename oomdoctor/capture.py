@@ -12,6 +12,12 @@ or without touching the code, for the server and every process it spawns:
 On an OOM it writes memory_stats.json (torch.cuda.memory_stats()), the observer's numbers, the OOM
 message (oom.log, when the exception reaches the hook or ``guard``), and with ``snapshot=True`` a
 memory snapshot pickle; then the OOM propagates unchanged. ``oomdoctor diagnose DIR`` reads it.
+
+Installing touches no CUDA state: it attaches the allocator's OOM observer (a callback list) and, with
+``snapshot=True``, queues the allocation-history recording on torch.cuda's lazy-init queue, so a
+process that never uses CUDA never initialises it (a fork-based launcher can still fork safely).
+CUDA is queried only inside the observer, when an OOM happens. This module imports only the
+standard library (it runs inside the server's Python, 3.10 or later, without oomdoctor's dependencies).
 """
 
 from __future__ import annotations
@@ -30,6 +36,11 @@ SITE_DIR = str(Path(__file__).resolve().parent / "_capture_site")
 ENV_DIR = "OOMDOCTOR_CAPTURE_DIR"
 ENV_SNAPSHOT = "OOMDOCTOR_CAPTURE_SNAPSHOT"
 
+# The bundle manifest's header (oomdoctor.collected.manifest_header), kept here so this module needs
+# nothing outside the standard library; a test checks the two agree.
+BUNDLE_KIND = "oomdoctor-bundle"
+BUNDLE_VERSION = 1
+
 _state: dict[str, Any] = {"dir": None, "snapshot": False, "installed": False}
 _lock = threading.Lock()
 
@@ -40,16 +51,22 @@ def _bundle_dir() -> Path:
     d.mkdir(parents=True, exist_ok=True)
     manifest = d / "manifest.json"
     if not manifest.exists():
-        from oomdoctor.collected import manifest_header
-
         manifest.write_text(
             json.dumps(
-                {**manifest_header("capture"), "pid": os.getpid(), "gpus": [], "logs": ["oom.log"]},
+                {**_manifest_header(), "pid": os.getpid(), "gpus": [], "logs": ["oom.log"]},
                 indent=2,
                 sort_keys=True,
             )
         )
     return d
+
+
+def _manifest_header() -> dict[str, Any]:
+    try:
+        from oomdoctor import __version__ as version
+    except ImportError:  # loaded by file path into a Python where the oomdoctor package is not importable
+        version = "unknown"
+    return {"kind": BUNDLE_KIND, "bundle_version": BUNDLE_VERSION, "tool": {"name": "oomdoctor", "version": version}, "source": "capture"}
 
 
 def _observer(device: int, alloc: int, device_alloc: int, device_free: int) -> None:
@@ -91,7 +108,10 @@ def guard() -> Iterator[None]:
 
 
 def install(bundle_dir: str | None = None, snapshot: bool | None = None) -> bool:
-    """Attach the OOM observer (and an excepthook that records the message); False without CUDA."""
+    """Attach the OOM observer (and an excepthook that records the message); False for a torch built without CUDA.
+
+    Touches no CUDA state (no ``torch.cuda.is_available()``, no device query): see the module docstring.
+    """
     bundle_dir = bundle_dir or os.environ.get(ENV_DIR)
     if not bundle_dir:
         raise ValueError(f"give a bundle directory or set {ENV_DIR}")
@@ -101,11 +121,12 @@ def install(bundle_dir: str | None = None, snapshot: bool | None = None) -> bool
         return True
     import torch  # lazy: only ever imported inside the server process
 
-    if not torch.cuda.is_available():
-        return False
+    attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+    if attach is None:
+        return False  # a CPU-only build of torch: there is no CUDA allocator to observe
     if _state["snapshot"]:
-        torch.cuda.memory._record_memory_history(max_entries=100000)
-    torch._C._cuda_attach_out_of_memory_observer(_observer)
+        _when_cuda_initialises(torch, lambda: torch.cuda.memory._record_memory_history(max_entries=100000))
+    attach(_observer)
     previous = sys.excepthook
 
     def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
@@ -115,6 +136,15 @@ def install(bundle_dir: str | None = None, snapshot: bool | None = None) -> bool
     sys.excepthook = hook
     _state["installed"] = True
     return True
+
+
+def _when_cuda_initialises(torch: Any, fn: Any) -> None:
+    """Run ``fn`` once the process initialises CUDA itself (at once if it has), never initialising it here."""
+    lazy_call = getattr(torch.cuda, "_lazy_call", None)
+    if lazy_call is not None:
+        lazy_call(fn)
+    else:  # a torch without the lazy-init queue: record from now on, as before
+        fn()
 
 
 def main() -> None:

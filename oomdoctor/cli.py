@@ -8,6 +8,9 @@ imports torch or pynvml.
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
 import sys
 from typing import TYPE_CHECKING, NoReturn
 
@@ -70,8 +73,31 @@ def _exit_code(outcome: BaseException | GpuEvidence | PlanFit | Diagnosis) -> Ex
     return ExitCode.OOM_DIAGNOSED if outcome.oom else ExitCode.NO_OOM
 
 
+# Terminal safety: every C0 and C1 control character but tab and newline (and DEL), from log text or
+# file names, is written as a visible escape, so an OSC title or clipboard write (OSC 52), a DCS
+# string or a BEL in a log never reaches the terminal raw.
+_CONTROLS = (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0))
+_TEXT_ESCAPES = {c: f"\\x{c:02x}" for c in _CONTROLS}
+# JSON escapes C0 itself; C1 and DEL can stand only inside its strings, where \u00XX is the same character.
+_JSON_ESCAPES = {c: f"\\u{c:04x}" for c in (0x7F, *range(0x80, 0xA0))}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character except tab and newline written as ``\\xNN``."""
+    return text.translate(_TEXT_ESCAPES)
+
+
+def _safe_output(fmt: str, text: str) -> str:
+    """A rendered report as it may be written to a terminal or a file: no raw control character."""
+    return text.translate(_JSON_ESCAPES) if fmt == "json" else escape_controls(text)
+
+
+def _warn(message: str) -> None:
+    click.echo(escape_controls(f"oomdoctor: warning: {message}"), err=True)
+
+
 def _fail(message: str, code: ExitCode) -> NoReturn:
-    click.echo(f"oomdoctor: error: {message}", err=True)
+    click.echo(escape_controls(f"oomdoctor: error: {message}"), err=True)
     sys.exit(int(code))
 
 
@@ -82,7 +108,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except OomdoctorError as exc:
-            click.echo(f"oomdoctor: error: {exc}", err=True)
+            click.echo(escape_controls(f"oomdoctor: error: {exc}"), err=True)
             ctx.exit(int(_exit_code(exc)))
 
 
@@ -110,14 +136,16 @@ def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str |
     from oomdoctor.api import diagnose as run_diagnosis
     from oomdoctor.view import build_view
 
+    inputs = [_latest_run(p) for p in paths]
+    _refuse_outputs_among_inputs(inputs, output, bundle)
     rules = _load_rules(rules_dirs)
-    result = run_diagnosis(list(paths), rules=rules, system=system)
+    result = run_diagnosis(inputs, rules=rules, system=system)
     view = build_view(result, redact=not no_redact)
     docs = {r.id: r.docs for r in rules}
-    report = _render(fmt, view, docs, not no_redact)
+    report = _safe_output(fmt, _render(fmt, view, docs, not no_redact))
     for stats in result.inputs:
         for warning in stats.warnings:
-            click.echo(f"oomdoctor: warning: {stats.path}: {warning}", err=True)
+            _warn(f"{stats.path}: {warning}")
     if output:
         _write(output, report)
     else:
@@ -125,16 +153,57 @@ def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str |
     if bundle:
         from oomdoctor.bundle import write_bundle
 
-        html = report if fmt == "html" else _render("html", view, docs, not no_redact)
-        md = report if fmt == "markdown" else _render("markdown", view, docs, not no_redact)
-        js = report if fmt == "json" else _render("json", view, docs, not no_redact)
+        html = _render("html", view, docs, not no_redact)
+        md = _render("markdown", view, docs, not no_redact)
+        js = _render("json", view, docs, not no_redact)
         try:
             notes = write_bundle(bundle, html, md, js, [s.path for s in result.inputs if s.readable], redact=not no_redact)
         except OSError as exc:
             raise OutputError(f"{bundle}: cannot write ({exc.strerror or exc})") from None
         for note in notes:
-            click.echo(f"oomdoctor: warning: bundle: {note}", err=True)
+            _warn(f"bundle: {note}")
     sys.exit(int(_exit_code(result)))
+
+
+def _latest_run(path: str) -> str:
+    """An `oomdoctor run --out` directory stands for its newest run (OUT/latest), said on stderr."""
+    from oomdoctor.collected import is_bundle_dir
+    from oomdoctor.flight import LATEST
+
+    if path == "-" or not os.path.isdir(path) or is_bundle_dir(path):
+        return path
+    link = os.path.join(path, LATEST)
+    if not os.path.islink(link):
+        return path
+    target = os.path.realpath(link)
+    root = os.path.realpath(path)
+    if os.path.dirname(target) != root or not os.path.isdir(target):
+        return path
+    _warn(f"{path}: reading the latest run, {link} -> {os.path.basename(target)} (give a run directory to read another)")
+    return link
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _refuse_outputs_among_inputs(paths: list[str], output: str | None, bundle: str | None) -> None:
+    """An output that is one of the inputs (or a file inside an input directory) would destroy what it reports on."""
+    from oomdoctor.inputs import expand_paths
+
+    outs = [o for o in (output, bundle) if o]
+    if output and bundle and _same_file(output, bundle):
+        raise UsageError(f"-o and --bundle name the same file ({output})")
+    if not outs:
+        return
+    found, _ = expand_paths([p for p in paths if p != "-"])
+    for out in outs:
+        for inp in [*paths, *found]:
+            if inp != "-" and _same_file(out, inp):
+                raise UsageError(f"{out}: is one of the inputs; write the report elsewhere")
 
 
 def _render(fmt: str, view: dict, docs: dict, redacted: bool) -> str:
@@ -156,11 +225,32 @@ def _render(fmt: str, view: dict, docs: dict, redacted: bool) -> str:
 
 
 def _write(path: str, content: str) -> None:
+    """Write to a temporary file beside ``path`` and rename it over: an interrupted write leaves no partial report."""
+    import tempfile
+
+    from oomdoctor.inputs import OWN_HIDDEN_PREFIX
+
+    directory, name = os.path.split(os.path.abspath(path))
+    tmp: str | None = None
     try:
-        with open(path, "w", encoding="utf-8") as fh:
+        fd, tmp = tempfile.mkstemp(prefix=f"{OWN_HIDDEN_PREFIX}-{name}.", suffix=".partial", dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(content)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+        tmp = None
     except OSError as exc:
         raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @cli.command(
@@ -177,10 +267,56 @@ def collect(out_dir: str, logs: tuple[str, ...], no_redact: bool) -> None:
     manifest, evidence = run_collect(out_dir, list(logs), redact=not no_redact)
     n = len(manifest["gpus"])
     procs = sum(len(g["processes"]) for g in manifest["gpus"] if isinstance(g["processes"], list))
-    click.echo(f"wrote {out_dir}/manifest.json: {n} GPU(s), {procs} process(es), {len(manifest['logs'])} log(s)")
+    click.echo(escape_controls(f"wrote {out_dir}/manifest.json: {n} GPU(s), {procs} process(es), {len(manifest['logs'])} log(s)"))
     if manifest["gpu_evidence"]["unavailable"]:
-        click.echo(f"oomdoctor: warning: GPU evidence unavailable: {manifest['gpu_evidence']['unavailable']}", err=True)
+        _warn(f"GPU evidence unavailable: {manifest['gpu_evidence']['unavailable']}")
     sys.exit(int(_exit_code(evidence)))
+
+
+# The largest --gpu-mem-gib taken: far above any accelerator, far below what overflows the arithmetic.
+MAX_GPU_MEM_GIB = 1 << 20
+
+# Config fields that, when given, must be positive integers (a zero or negative one is nonsense, not "unset").
+_POSITIVE_CONFIG_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings", "kv_lora_rank", "v_head_dim", "qk_rope_head_dim", "intermediate_size", "moe_intermediate_size")
+
+
+def _check_config(model_path: str) -> None:
+    """InputError (exit 5) naming the field when config.json gives a size no model has (0, negative, not a number).
+
+    An unreadable config is left to plan.load_model, which says why.
+    """
+    import json
+    from pathlib import Path
+
+    from oomdoctor import plan as planner
+
+    p = Path(model_path)
+    cfg_path = p / "config.json" if p.is_dir() else p
+    try:
+        raw = json.loads(cfg_path.read_text())
+    except (OSError, ValueError):
+        return
+    if not isinstance(raw, dict):
+        return
+    c = planner._text_config(raw)
+    for key in _POSITIVE_CONFIG_FIELDS:
+        if key not in c or c[key] is None:
+            continue
+        value = c[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InputError(f"{cfg_path}: {key} = {value!r} is not a positive integer")
+
+
+def _check_model(model_path: str, model: object) -> None:
+    """InputError (exit 5) when the loaded model has a size no model has (what the config's fields combine to)."""
+    cfg_path = os.path.join(model_path, "config.json") if os.path.isdir(model_path) else model_path
+    for field in ("layers", "hidden", "heads", "kv_heads", "head_dim", "v_head_dim"):
+        value = getattr(model, field, 1)
+        if not isinstance(value, int) or value <= 0:
+            raise InputError(f"{cfg_path}: the config gives {field} = {value!r}, which no model has")
+    weights = getattr(model, "weights_bytes", None)
+    if weights is not None and weights <= 0:
+        raise InputError(f"{cfg_path}: the weights come to {weights} bytes, which no model has")
 
 
 @cli.command(
@@ -206,15 +342,23 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
 
     if (gpu_name is None) == (gpu_mem_gib is None):
         raise UsageError("give exactly one of --gpu NAME or --gpu-mem-gib N")
+    if gpu_mem_gib is not None and not (math.isfinite(gpu_mem_gib) and 0 < gpu_mem_gib <= MAX_GPU_MEM_GIB):
+        raise UsageError(f"--gpu-mem-gib must be a number of GiB above 0 and at most {MAX_GPU_MEM_GIB} (got {gpu_mem_gib:g})")
     if gpu_name:
         gpu = find_gpu(gpu_name)
         capacity, label = gpu.capacity_bytes, gpu.name
     else:
         assert gpu_mem_gib is not None  # exactly one of the two was given (checked above)
         capacity, label = int(gpu_mem_gib * (1 << 30)), f"{gpu_mem_gib:g} GiB GPU"
-    model = planner.load_model(model_path)
-    result = planner.plan(model, capacity, label, tp, context_len, kv_cache_dtype, system, at)
-    fits = [] if result["feasible"] else planner.what_fits(model, context_len, kv_cache_dtype, system)
+    try:
+        _check_config(model_path)
+        model = planner.load_model(model_path)
+        _check_model(model_path, model)
+        result = planner.plan(model, capacity, label, tp, context_len, kv_cache_dtype, system, at)
+        fits = [] if result["feasible"] else planner.what_fits(model, context_len, kv_cache_dtype, system)
+    except (ArithmeticError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        # The config holds numbers no model has (zero heads, negative sizes, strings): exit 5, not 1.
+        raise InputError(f"{model_path}: config.json values cannot be planned with ({type(exc).__name__}: {exc})") from None
     result["fits_on"] = fits
     if fmt == "json":
         text = json.dumps(result, indent=2, sort_keys=True) + "\n"
@@ -235,17 +379,19 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
 @cli.command(
     "run",
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
-    help="Run a server under the flight recorder: its output passes through unchanged (and goes to DIR/server.log), "
-    "GPU memory is sampled with NVML, and on an OOM or an abnormal exit DIR gets a bundle and report.html. "
+    help="Run a server under the flight recorder: each run gets its own directory OUT/<YYYYmmdd-HHMMSS> (OUT/latest points "
+    "to the newest; earlier runs are never touched); the server's output passes through unchanged (and goes to RUN/server.log, "
+    "redacted when it exits), GPU memory is sampled with NVML, and on an OOM or an abnormal exit RUN gets a bundle and report.html. "
     "Exits with the server's own exit code. Example: oomdoctor run --out rec -- python -m sglang.launch_server ...",
 )
 @click.option("--out", "out_dir", default="oomdoctor-run", show_default=True, type=click.Path(file_okay=False))
 @click.option("--interval", "interval_ms", default=500, show_default=True, type=click.IntRange(10, 60000), help="Sampling interval in ms.")
+@click.option("--no-redact", is_flag=True, help="Keep the raw server.log (secrets included); by default it is redacted when the server exits.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run_cmd(out_dir: str, interval_ms: int, command: tuple[str, ...]) -> None:
+def run_cmd(out_dir: str, interval_ms: int, no_redact: bool, command: tuple[str, ...]) -> None:
     from oomdoctor import flight
 
-    sys.exit(flight.run(list(command), out_dir, interval_ms))
+    sys.exit(flight.run(list(command), out_dir, interval_ms, redact=not no_redact))
 
 
 @cli.group(help="List, explain and check the rule catalogue.")

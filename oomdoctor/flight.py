@@ -1,15 +1,21 @@
 """`oomdoctor run -- <server command>`: a flight recorder around the server.
 
-The child's stdout and stderr pass through byte for byte (and are teed to DIR/server.log); NVML is
-sampled into a ring buffer at a bounded rate (no CUDA context); when the child prints an OOM or
-exits abnormally, the processes are snapshotted at once and DIR gets a bundle (log, samples,
-snapshot) and the diagnosis report. The wrapper forwards SIGINT/SIGTERM/SIGHUP, never kills the
-child, and exits with the child's own code.
+Every run gets its own directory, OUT/<YYYYmmdd-HHMMSS>[-N]/, created exclusively (a second run into
+the same OUT never touches an earlier run's files) and locked with fcntl while it records; OUT/latest
+is a symlink to the newest one, replaced atomically. The child's stdout and stderr pass through byte
+for byte (and are teed to RUN/server.log, which is redacted in place when the child ends unless
+``redact=False``); NVML is sampled into a ring buffer at a bounded rate (no CUDA context); when the
+child prints an OOM or exits abnormally, the processes are snapshotted at once and RUN gets a bundle
+(log, samples, snapshot) and the diagnosis report. A child killed by SIGKILL (exit 137, -9: the
+kernel OOM killer's signature) and a rise of the memory cgroup's OOM-kill counter are written to
+RUN/recorder.log in words the host-OOM rules read. The wrapper forwards SIGINT/SIGTERM/SIGHUP, never
+kills the child, and exits with the child's own code.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -24,6 +30,8 @@ from typing import Any, BinaryIO
 
 from oomdoctor import procinfo
 from oomdoctor.collected import manifest_header
+from oomdoctor.errors import InputError, OutputError, UsageError
+from oomdoctor.inputs import OWN_HIDDEN_PREFIX
 from oomdoctor.nvml import Nvml
 
 # What in the child's output means "an OOM happened now" (checked on raw bytes, across chunk edges).
@@ -38,6 +46,9 @@ TRIGGERS = (
 )
 _OVERLAP = max(len(t) for t in TRIGGERS)
 SAMPLES_KIND = "oomdoctor-samples"
+LOCK_NAME = f"{OWN_HIDDEN_PREFIX}-run.lock"
+LATEST = "latest"
+RECORDER_LOG = "recorder.log"
 
 
 class _Sampler(threading.Thread):
@@ -71,6 +82,54 @@ class _Sampler(threading.Thread):
             self.stop_event.wait(self.interval_s)
 
 
+def new_run_dir(out: Path, now: float) -> Path:
+    """A fresh OUT/<YYYYmmdd-HHMMSS>[-N] directory, created exclusively (concurrent runs get distinct ones)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    for n in range(1, 10000):
+        candidate = out / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise OutputError(f"{out}: cannot create a run directory for {stamp}")
+
+
+def lock_run_dir(run_dir: Path) -> int:
+    """Hold RUN/.oomdoctor-run.lock (fcntl) for the recording; UsageError when another recorder holds it."""
+    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise UsageError(f"{run_dir}: another oomdoctor run is recording into this directory") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def point_latest(out: Path, run_dir: Path) -> None:
+    """Make OUT/latest a relative symlink to ``run_dir``, replaced atomically (rename over the old link)."""
+    tmp = out / f"{OWN_HIDDEN_PREFIX}-{LATEST}.{os.getpid()}.{threading.get_ident()}"
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    try:
+        os.symlink(run_dir.name, tmp)
+        os.replace(tmp, out / LATEST)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # a file system without symlinks: the run directory is still printed
+
+
+def _discard_run_dir(run_dir: Path) -> None:
+    """Remove a run directory this call created and nothing was recorded in (the command did not start)."""
+    for name in (LOCK_NAME, "server.log"):
+        with contextlib.suppress(OSError):
+            (run_dir / name).unlink()
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()
+
+
 def run(
     cmd: list[str],
     out_dir: str,
@@ -81,19 +140,55 @@ def run(
     stderr: BinaryIO | None = None,
     keep_samples: int = 1200,
     clock: Callable[[], float] = time.time,
+    redact: bool = True,
+    oom_kills: Callable[[], tuple[int, str] | None] = procinfo.cgroup_oom_kills,
 ) -> int:
-    """Run ``cmd`` under the recorder; return the child's exit code (128+N when killed by signal N)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    """Run ``cmd`` under the recorder in a new run directory under ``out_dir``; return the child's exit code (128+N when killed by signal N)."""
+    root = Path(out_dir)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        out = new_run_dir(root, clock())
+    except OSError as exc:
+        raise OutputError(f"{out_dir}: cannot create the run directory ({exc.strerror or exc})") from None
+    lock_fd = lock_run_dir(out)
+    try:
+        return _record(cmd, root, out, interval_ms, nvml_module, psutil_module, stdout, stderr, keep_samples, clock, redact, oom_kills)
+    finally:
+        os.close(lock_fd)  # the lock file stays: removing it would race a recorder that opened it
+
+
+def _record(
+    cmd: list[str],
+    root: Path,
+    out: Path,
+    interval_ms: int,
+    nvml_module: Any,
+    psutil_module: Any,
+    stdout: BinaryIO | None,
+    stderr: BinaryIO | None,
+    keep_samples: int,
+    clock: Callable[[], float],
+    redact: bool,
+    oom_kills: Callable[[], tuple[int, str] | None],
+) -> int:
     stdout = stdout or sys.stdout.buffer
     stderr = stderr or sys.stderr.buffer
     psutil_module = procinfo.load_psutil(psutil_module)
     nvml = Nvml(nvml_module)
-    sampler = _Sampler(nvml, max(interval_ms, 10) / 1000, keep_samples, clock) if nvml.start() else None
-    log = open(out / "server.log", "wb")  # noqa: SIM115 - closed below, after both pumps finish
+    log = open(out / "server.log", "xb")  # noqa: SIM115 - closed below, after both pumps finish
     log_lock = threading.Lock()
     oom_seen = threading.Event()
     snapshot: dict[str, Any] = {}
+    kills_before = oom_kills()
+
+    try:
+        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    except OSError as exc:
+        log.close()
+        _discard_run_dir(out)
+        raise InputError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
+    point_latest(root, out)
+    sampler = _Sampler(nvml, max(interval_ms, 10) / 1000, keep_samples, clock) if nvml.start() else None
 
     def take_snapshot() -> None:
         if snapshot or sampler is None:
@@ -101,13 +196,6 @@ def run(
         snapshot["gpus"] = procinfo.gpus_with_processes(nvml.gpus(), psutil_module)
         snapshot["t"] = round(clock(), 3)
 
-    try:
-        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
-    except OSError as exc:
-        log.close()
-        from oomdoctor.errors import InputError
-
-        raise InputError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
     started = clock()
 
     def pump(src: BinaryIO, dst: BinaryIO) -> None:
@@ -161,17 +249,76 @@ def run(
             sampler.join(timeout=5)
         log.close()
     exit_code = code if code >= 0 else 128 - code
-    if oom_seen.is_set() or code != 0:
+    kills_after = oom_kills()
+    if redact:
+        _redact_in_place(out / "server.log")
+    host_kill = _host_kill_lines(code, kills_before, kills_after)
+    if host_kill:
+        (out / RECORDER_LOG).write_text("".join(f"{line}\n" for line in host_kill))
+    if oom_seen.is_set() or code != 0 or host_kill:
         if not snapshot:
             take_snapshot()
-        _write_bundle(out, cmd, started, clock(), code, sampler, nvml, snapshot, oom_seen.is_set())
+        _write_bundle(out, cmd, started, clock(), code, sampler, nvml, snapshot, oom_seen.is_set(), kills_before, kills_after)
         _write_report(out, stderr)
+    else:
+        _say(stderr, f"oomdoctor: the server exited cleanly; log at {out / 'server.log'}")
     if sampler is not None:
         nvml.stop()
     return exit_code
 
 
-def _write_bundle(out: Path, cmd: list[str], started: float, ended: float, code: int, sampler: _Sampler | None, nvml: Nvml, snapshot: dict[str, Any], oom: bool) -> None:
+def _redact_in_place(path: Path) -> None:
+    """Replace the raw tee with its redacted copy (a temporary file renamed over it); bytes of lines without secrets are kept."""
+    from oomdoctor.redact import redact_text
+
+    tmp = path.with_name(f"{OWN_HIDDEN_PREFIX}-{path.name}.redacting")
+    try:
+        with open(path, "rb") as src, open(tmp, "wb") as dst:
+            while True:
+                line = src.readline(1 << 20)
+                if not line:
+                    break
+                text = line.decode("utf-8", "surrogateescape")
+                red = redact_text(text)
+                dst.write(line if red == text else red.encode("utf-8", "surrogateescape"))
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _host_kill_lines(code: int, before: tuple[int, str] | None, after: tuple[int, str] | None) -> list[str]:
+    """Lines, in words the host-OOM rules read (torch_oom's host patterns), for a SIGKILL and a cgroup OOM kill."""
+    lines: list[str] = []
+    if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
+        how = "was killed by signal 9 (SIGKILL)" if code < 0 else "exited with status 137 (128 + SIGKILL)"
+        lines.append(f"oomdoctor run: the server {how}: exited with code 137, the kernel OOM killer's signature (or another sender of SIGKILL)")
+    if before is not None and after is not None and after[0] > before[0]:
+        lines.append(f"oomdoctor run: Memory cgroup out of memory: oom-kill: {after[1]} oom_kill went from {before[0]} to {after[0]} while the server ran")
+    return lines
+
+
+def _say(stderr: BinaryIO, line: str) -> None:
+    from oomdoctor.cli import escape_controls
+
+    stderr.write((escape_controls(line) + "\n").encode("utf-8", "replace"))
+    stderr.flush()
+
+
+def _write_bundle(
+    out: Path,
+    cmd: list[str],
+    started: float,
+    ended: float,
+    code: int,
+    sampler: _Sampler | None,
+    nvml: Nvml,
+    snapshot: dict[str, Any],
+    oom: bool,
+    kills_before: tuple[int, str] | None = None,
+    kills_after: tuple[int, str] | None = None,
+) -> None:
     from oomdoctor.redact import redact_text
 
     unavailable = None if sampler is not None else (nvml.available.reason if nvml.available is not None else "NVML unavailable")
@@ -181,11 +328,13 @@ def _write_bundle(out: Path, cmd: list[str], started: float, ended: float, code:
         "started_unix": round(started, 3),
         "ended_unix": round(ended, 3),
         "child_exit_code": code,
+        "killed_by_signal": -code if code < 0 else None,
+        "cgroup_oom_kills": None if kills_before is None or kills_after is None else {"before": kills_before[0], "after": kills_after[0], "source": kills_after[1]},
         "oom_seen": oom,
         "gpu_evidence": {"source": "nvml" if sampler is not None else None, "unavailable": unavailable, "errors": nvml.errors},
         "gpus": snapshot.get("gpus", []),
         "snapshot_unix": snapshot.get("t"),
-        "logs": ["server.log"],
+        "logs": ["server.log", *([RECORDER_LOG] if (out / RECORDER_LOG).exists() else [])],
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     samples = list(sampler.samples) if sampler is not None else []
@@ -203,8 +352,18 @@ def _write_report(out: Path, stderr: BinaryIO) -> None:
         view = build_view(diagnose([str(out)], rules=rules))
         (out / "report.html").write_text(html.render(view, {r.id: r.docs for r in rules}))
         (out / "diagnosis.json").write_text(json_out.render(view))
-        note = f"oomdoctor: {view['verdict']['class']}: report at {out / 'report.html'}\n"
+        note = f"oomdoctor: {view['verdict']['class']}: {_first_change(view)}report at {out / 'report.html'}"
     except OomdoctorError as exc:
-        note = f"oomdoctor: no report: {exc}\n"
-    stderr.write(note.encode())
-    stderr.flush()
+        note = f"oomdoctor: no report: {exc}"
+    _say(stderr, note)
+
+
+def _first_change(view: dict[str, Any]) -> str:
+    """The verdict's first flag change, worded as the text report words it ("raise --x from 0.7 to 0.85; "), or ""."""
+    from oomdoctor.render.text import recommendation_head
+
+    for finding in view.get("findings", [])[:1]:
+        for rec in finding.get("recommendations", []):
+            if rec.get("flag"):
+                return f"{recommendation_head(rec)}; "
+    return ""

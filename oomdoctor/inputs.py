@@ -10,6 +10,7 @@ from __future__ import annotations
 import bz2
 import lzma
 import os
+import re
 import stat
 import sys
 import zlib
@@ -33,11 +34,24 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 
 # Extensions that a directory walk reads as logs; others (pickles, images) are not logs.
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".gz", ".bz2", ".xz", ".stderr", ".stdout")
+# Rotated logs: server.log.1, server.log.2.gz (logrotate's numbers, higher is older) and
+# app.log-20260301[.gz] (dateext, older dates first); the live file comes after its rotations.
+_ROTATED_RE = re.compile(
+    r"^(?P<base>.+?\.(?:log|txt|out|err|stderr|stdout))(?:\.(?P<num>\d{1,6})|-(?P<date>\d{8}(?:\d{2,6})?))?(?:\.(?:gz|bz2|xz))?$",
+    re.IGNORECASE,
+)
+# oomdoctor's own hidden files (`run`'s lock, temporary files of a write in progress): not warned about.
+OWN_HIDDEN_PREFIX = ".oomdoctor"
+# oomdoctor's own outputs in a bundle directory, which are not evidence and not worth a warning.
+_BUNDLE_OWN = ("report.html", "summary.md", "README.txt")
 
 # Kinds of an input that gave nothing: a path that is not there (or not a file), and an input that is
 # there but could not be read (binary, empty, an unsupported format). Listed with lines 0 and the reason.
 MISSING = "missing"
 UNREADABLE = "unreadable"
+# A file in a directory input that was not read (not a log's name, a link out of the directory, a
+# FIFO or socket): listed with the reason, so that what was left out is never silent.
+SKIPPED = "skipped"
 
 
 @dataclass
@@ -62,7 +76,7 @@ class InputStats:
     @property
     def readable(self) -> bool:
         """False for an input listed only to say why nothing was read from it."""
-        return self.kind not in (MISSING, UNREADABLE)
+        return self.kind not in (MISSING, UNREADABLE, SKIPPED)
 
     @property
     def problem(self) -> str:
@@ -78,9 +92,11 @@ def unread_input(path: str, message: str, kind: str = UNREADABLE) -> InputStats:
 
 
 def expand_paths(paths: list[str]) -> tuple[list[str], list[InputStats]]:
-    """Resolve CLI paths into readable inputs; returns (inputs, an entry of kind MISSING for each of the rest).
+    """Resolve CLI paths into readable inputs; returns (inputs, an entry for each of the rest).
 
-    A directory contributes its log-like files, sorted, without following symlinks into loops.
+    A directory contributes its log-like files, rotated logs in rotation order (oldest first), never
+    following a symlink out of the directory; each file of it that is not read gets an entry of kind
+    SKIPPED with the reason. A path that is not there gets an entry of kind MISSING.
     """
     found: list[str] = []
     missing: list[InputStats] = []
@@ -97,10 +113,11 @@ def expand_paths(paths: list[str]) -> tuple[list[str], list[InputStats]]:
             missing.append(unread_input(path, f"cannot access ({exc.strerror or exc})", MISSING))
             continue
         if stat.S_ISDIR(st.st_mode):
-            logs = _walk_logs(path)
+            logs, skipped = _walk_logs(path)
             if not logs:
                 missing.append(unread_input(path, f"directory holds no log files ({', '.join(_LOG_SUFFIXES)})", MISSING))
             found.extend(logs)
+            missing.extend(skipped)
         elif stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):
             found.append(path)
         else:
@@ -108,16 +125,83 @@ def expand_paths(paths: list[str]) -> tuple[list[str], list[InputStats]]:
     return found, missing
 
 
-def _walk_logs(root: str) -> list[str]:
+def rotation_key(name: str) -> tuple:
+    """Sort key of a file name in a directory: rotations of one log together, oldest first, the live file last."""
+    m = _ROTATED_RE.match(name)
+    if m is None:
+        return (name, 2, "", 0)
+    if m.group("date"):
+        return (m.group("base"), 0, m.group("date"), 0)
+    if m.group("num"):
+        return (m.group("base"), 1, "", -int(m.group("num")))
+    return (m.group("base"), 2, "", 0)
+
+
+def _is_log_name(name: str) -> bool:
+    return name.lower().endswith(_LOG_SUFFIXES) or _ROTATED_RE.match(name) is not None
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _walk_logs(root: str) -> tuple[list[str], list[InputStats]]:
+    """The log files under ``root`` in reading order, and an entry for each file left out."""
+    from oomdoctor.collected import is_bundle_dir, is_evidence_file
+
+    real_root = os.path.realpath(root)
+    bundle = is_bundle_dir(root)
     logs: list[str] = []
+    skipped: list[InputStats] = []
+    seen_real: set[str] = set()
+
+    def skip(path: str, reason: str) -> None:
+        skipped.append(unread_input(path, f"skipped: {reason}", SKIPPED))
+
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=lambda e: None):
         dirnames.sort()
-        for name in sorted(filenames):
-            if name.lower().endswith(_LOG_SUFFIXES):
-                full = os.path.join(dirpath, name)
-                if os.path.isfile(full):
-                    logs.append(full)
-    return logs
+        for name in list(dirnames):
+            full = os.path.join(dirpath, name)
+            if os.path.islink(full):
+                # os.walk does not descend into links; one that points inside is read at its own path.
+                target = os.path.realpath(full)
+                if not _inside(target, real_root):
+                    skip(full, f"symlink leads out of the directory (to {target})")
+        files: list[tuple[str, str]] = []
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            if os.path.islink(full):
+                target = os.path.realpath(full)
+                if not os.path.exists(full):
+                    skip(full, "broken symlink")
+                    continue
+                if not _inside(target, real_root):
+                    skip(full, f"symlink leads out of the directory (to {target})")
+                    continue
+            files.append((name, full))
+        # Real files first, so that a link to a file read anyway is dropped rather than the file.
+        real_files = {os.path.realpath(full) for _, full in files if not os.path.islink(full)}
+        for name, full in sorted(files, key=lambda nf: rotation_key(nf[0])):
+            real = os.path.realpath(full)
+            if os.path.islink(full) and real in real_files:
+                continue
+            try:
+                mode = os.stat(full).st_mode
+            except OSError as exc:
+                skip(full, f"cannot access ({exc.strerror or exc})")
+                continue
+            if not stat.S_ISREG(mode):
+                skip(full, "not a regular file")
+                continue
+            if not _is_log_name(name):
+                if not (name.startswith(OWN_HIDDEN_PREFIX) or (bundle and (is_evidence_file(full) or name in _BUNDLE_OWN))):
+                    skip(full, f"not a log file name ({', '.join(_LOG_SUFFIXES)}, or a rotation such as server.log.1)")
+                continue
+            if real in seen_real:
+                continue
+            seen_real.add(real)
+            logs.append(full)
+    return logs, skipped
 
 
 def _open_raw(path: str) -> BinaryIO:

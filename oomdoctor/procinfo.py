@@ -154,3 +154,35 @@ def visible_devices(env: dict[str, str]) -> dict[str, Any]:
     else:
         out["mapping"] = "exact"
     return out
+
+
+def cgroup_oom_kills(proc_self_cgroup: str = "/proc/self/cgroup", cgroup_root: str = "/sys/fs/cgroup") -> tuple[int, str] | None:
+    """This process's memory cgroup OOM-kill counter and the file it came from; None where unreadable.
+
+    cgroup v2: ``oom_kill`` in memory.events of our cgroup (hierarchical: children's kills count);
+    cgroup v1: ``oom_kill`` in memory.oom_control of the memory controller's cgroup.
+    """
+    try:
+        lines = Path(proc_self_cgroup).read_text().splitlines()
+    except OSError:
+        return None
+    candidates: list[Path] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        controllers, rel = parts[1], parts[2].lstrip("/")
+        if controllers == "":
+            candidates.append(Path(cgroup_root, rel, "memory.events"))
+        elif "memory" in controllers.split(","):
+            candidates.append(Path(cgroup_root, "memory", rel, "memory.oom_control"))
+    for path in candidates:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for row in text.splitlines():
+            key, _, value = row.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value), str(path)
+    return None

@@ -59,6 +59,21 @@ def _anchor_line_starts(chunk: bytes, anchors: tuple[bytes, ...], before: frozen
     return starts, wants_before
 
 
+def _cr_segments(physical: bytes, anchors: tuple[bytes, ...]) -> list[bytes]:
+    """The parts of a line that carriage returns split (ranks sharing a stderr, progress bars redrawn).
+
+    A terminal shows only the last part, but an OOM printed before a progress bar's ``\\r`` is in an
+    earlier one: every part holding an anchor is read, in order, and the last part as the line shown.
+    """
+    parts = [s for s in physical.rstrip(b"\r").split(b"\r") if s.strip()]
+    if not parts:
+        return [b""]
+    pattern = _compiled(anchors)
+    out = [s for s in parts[:-1] if pattern.search(s)]
+    out.append(parts[-1])
+    return out
+
+
 def scan_lines(
     chunks: Iterable[bytes], path: str, anchors: tuple[bytes, ...], counter: list[int], before_anchors: tuple[bytes, ...] = ()
 ) -> Iterator[Line]:
@@ -104,18 +119,21 @@ def scan_lines(
             lineno += chunk.count(b"\n", prev, start)
             prev = start
             end = chunk.find(b"\n", start)
-            raw = chunk[start:end].decode("utf-8", "replace")
-            stripped = split_prefix(raw)
-            rank = stripped.rank
-            if rank is None and stripped.ts is None:
-                # Traceback and message continuation lines carry no prefix of their own; they belong
-                # to the record (and rank) of the last prefixed line.
-                rank = last_rank
-            elif stripped.ts is not None or rank is not None:
-                last_rank = rank
-            text = strip_ansi(raw).rstrip()
-            if len(text) > MAX_TEXT_CHARS:
-                text = text[:MAX_TEXT_CHARS] + "…"
-            yield Line(ref=LineRef(path=path, line=lineno, rank=rank, text=text, ts=stripped.ts), msg=stripped.msg, ts=stripped.ts, anchored=start in hit_set, system=stripped.system)
+            physical = chunk[start:end]
+            segments = _cr_segments(physical, anchors) if b"\r" in physical.rstrip(b"\r") else (physical,)
+            for segment in segments:
+                raw = segment.decode("utf-8", "replace")
+                stripped = split_prefix(raw)
+                rank = stripped.rank
+                if rank is None and stripped.ts is None:
+                    # Traceback and message continuation lines carry no prefix of their own; they belong
+                    # to the record (and rank) of the last prefixed line.
+                    rank = last_rank
+                elif stripped.ts is not None or rank is not None:
+                    last_rank = rank
+                text = strip_ansi(raw).rstrip()
+                if len(text) > MAX_TEXT_CHARS:
+                    text = text[:MAX_TEXT_CHARS] + "…"
+                yield Line(ref=LineRef(path=path, line=lineno, rank=rank, text=text, ts=stripped.ts), msg=stripped.msg, ts=stripped.ts, anchored=start in hit_set, system=stripped.system)
         base += chunk.count(b"\n")
         counter[0] = base

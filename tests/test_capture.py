@@ -113,3 +113,109 @@ def test_variable_set_without_torch_import_fails_as_usual(tmp_path: Path) -> Non
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": SITE_DIR, "OOMDOCTOR_CAPTURE_DIR": str(tmp_path / "oom")}
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
     assert r.stdout.strip() == "ModuleNotFoundError", r.stderr
+
+
+# --- trust issue, item 5: no CUDA at install, chaining, no dependencies -------------------------
+
+# A torch whose CUDA records every touch: is_available() / device queries would initialise CUDA in a
+# process that may fork next; _lazy_call is torch.cuda's queue of calls run at CUDA's own init.
+CUDA_SPY = textwrap.dedent(
+    """
+    from . import memory
+    touched = []
+    queued = []
+    def is_available():
+        touched.append("is_available")
+        return True
+    def device_count():
+        touched.append("device_count")
+        return 1
+    def _lazy_call(fn):
+        queued.append(fn)
+    def _init():  # what the program's first CUDA use does
+        for fn in queued:
+            fn()
+    def memory_stats(device=None):
+        touched.append("memory_stats")
+        return {"allocated_bytes.all.current": 1, "reserved_bytes.all.current": 2, "num_ooms": 1}
+    """
+)
+MEMORY_SPY = "recorded = []\ndef _record_memory_history(**kw):\n    recorded.append(kw)\ndef _dump_snapshot(path):\n    open(path, 'wb').write(b'\\x80\\x04}\\x94.')\n"
+
+
+@pytest.fixture
+def spy_torch(fake_torch: Path) -> Path:
+    (fake_torch / "torch" / "cuda" / "__init__.py").write_text(CUDA_SPY)
+    (fake_torch / "torch" / "cuda" / "memory.py").write_text(MEMORY_SPY)
+    return fake_torch
+
+
+def test_the_hook_touches_cuda_only_when_an_oom_happens(tmp_path: Path, spy_torch: Path) -> None:
+    from oomdoctor.capture import SITE_DIR
+
+    script = tmp_path / "s.py"
+    script.write_text(
+        "import torch\n"
+        "print('after import:', torch.cuda.touched, len(torch._C.observers), torch.cuda.memory.recorded)\n"
+        "torch.cuda._init()\n"
+        "print('after init:', torch.cuda.memory.recorded)\n"
+        "torch._C.observers[0](0, 2 << 30, 79 << 30, 1 << 30)\n"
+        "print('after oom:', torch.cuda.touched)\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{SITE_DIR}:{spy_torch}", "OOMDOCTOR_CAPTURE_DIR": str(tmp_path / "oom"), "OOMDOCTOR_CAPTURE_SNAPSHOT": "1"}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    lines = r.stdout.splitlines()
+    assert lines[0] == "after import: [] 1 []", r.stderr  # observer attached, CUDA untouched, history only queued
+    assert lines[1] == "after init: [{'max_entries': 100000}]"  # recorded once the program initialised CUDA
+    assert lines[2] == "after oom: ['memory_stats']"
+    (bundle,) = list((tmp_path / "oom").iterdir())
+    assert (bundle / "memory_stats.json").is_file() and (bundle / "snapshot.pickle").is_file()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_an_existing_sitecustomize_still_runs(tmp_path: Path, fake_torch: Path, enabled: bool) -> None:
+    from oomdoctor.capture import SITE_DIR
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("import os\nos.environ['THEIRS_RAN'] = 'yes'\n")
+    script = tmp_path / "s.py"
+    script.write_text("import os, torch\nprint(os.environ.get('THEIRS_RAN'), len(torch._C.observers))\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{SITE_DIR}:{theirs}:{fake_torch}"}
+    if enabled:
+        env["OOMDOCTOR_CAPTURE_DIR"] = str(tmp_path / "oom")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.stdout.split() == ["yes", "1" if enabled else "0"], r.stderr
+
+
+def test_the_hook_works_in_a_python_without_oomdoctor(tmp_path: Path, fake_torch: Path, run_cli) -> None:
+    """The server's own Python: oomdoctor (and click, psutil...) not importable; the site dir alone suffices."""
+    import shutil
+
+    from oomdoctor.capture import SITE_DIR
+
+    python = shutil.which("python3.11", path="/usr/bin") or shutil.which("python3", path="/usr/bin:/usr/local/bin")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{SITE_DIR}:{fake_torch}", "OOMDOCTOR_CAPTURE_DIR": str(tmp_path / "oom")}
+    if python is None or subprocess.run([python, "-s", "-c", "import oomdoctor"], env=env, cwd=tmp_path, capture_output=True).returncode == 0:
+        pytest.skip("no system Python without oomdoctor here")
+    script = tmp_path / "server.py"
+    # No oomdoctor import in the server: the OOM reaches the excepthook the capture installed.
+    text = SCRIPT.format(install="pass")
+    script.write_text(text.split("try:")[0] + "raise torch.OutOfMemoryError(" + text.split("raise torch.OutOfMemoryError(")[1].split("\n")[0] + "\n")
+    r = subprocess.run([python, "-s", str(script)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 1 and "OutOfMemoryError: CUDA out of memory" in r.stderr and "not installed" not in r.stderr, r.stderr
+    _check_bundle(tmp_path / "oom", run_cli)
+
+
+def test_the_capture_modules_need_only_the_standard_library_of_python_310() -> None:
+    import ast
+
+    from oomdoctor import capture, collected
+
+    for path in (Path(capture.__file__), Path(capture.SITE_DIR) / "sitecustomize.py"):
+        tree = ast.parse(path.read_text(), feature_version=(3, 10))
+        top = {a.name.split(".")[0] for n in tree.body if isinstance(n, ast.Import) for a in n.names}
+        top |= {n.module.split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom) and n.module and n.level == 0}
+        assert top - {"__future__"} <= set(sys.stdlib_module_names), path
+    header = collected.manifest_header("capture")
+    assert (header["kind"], header["bundle_version"]) == (capture.BUNDLE_KIND, capture.BUNDLE_VERSION)

@@ -75,7 +75,8 @@ def test_directory_of_logs(run_cli, tmp_path: Path) -> None:
     (tmp_path / "a.log").write_bytes(SEED.read_bytes())
     (tmp_path / "notes.pickle").write_bytes(b"\x80\x04")
     res = run_cli("diagnose", str(tmp_path), "--format", "json")
-    assert res.code == 3 and len(res.json["inputs"]) == 1
+    assert res.code == 3 and [i["kind"] for i in res.json["inputs"]] == ["log", "skipped"]
+    assert f"{tmp_path / 'notes.pickle'}: skipped: not a log file name" in res.err
 
 
 def test_empty_file(run_cli, tmp_path: Path) -> None:
