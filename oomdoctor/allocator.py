@@ -2,18 +2,35 @@
 
 Snapshot pickles hold only plain Python data, so they are read with an unpickler that refuses every
 global: a pickle from a bug report cannot run code here. torch is not needed.
+
+A pickle can also refer to one object many times: 400 KB of shared references make a list of a
+thousand segments that each hold the same thousand blocks, or far more. A segment, block list or
+block met twice is refused at once (torch never shares them), and the walk is bounded by
+MAX_SNAPSHOT_SEGMENTS, MAX_SNAPSHOT_BLOCKS, MAX_SNAPSHOT_FRAMES and MAX_SNAPSHOT_TRACE_ENTRIES
+(visits, repeats included: frame lists may be shared); a snapshot past a cap is refused with the cap
+named (exit 5 when it is the only input) rather than read for minutes. Real snapshots of a full
+141 GB GPU stay far below them.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import pickle
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from oomdoctor.errors import InputError
 
 MAX_PICKLE_BYTES = 512 << 20
+# Visits in one snapshot walk, repeats included (shared references count every time they are met).
+MAX_SNAPSHOT_SEGMENTS = 200_000
+MAX_SNAPSHOT_BLOCKS = 1_000_000
+MAX_SNAPSHOT_FRAMES = 2_000_000
+MAX_SNAPSHOT_TRACE_ENTRIES = 2_000_000
+# Byte counts beyond this (16 EiB) are not sizes of anything on a GPU: a hostile or corrupt value.
+_MAX_SIZE = 1 << 64
 
 
 class RestrictedUnpickler(pickle.Unpickler):
@@ -44,8 +61,36 @@ def load_snapshot(path: str) -> dict[str, Any]:
     return obj
 
 
-def snapshot_facts(snap: dict[str, Any]) -> dict[str, Any]:
-    """Fragmentation and the biggest holders, from segments and blocks; the OOM from device_traces."""
+def _capped(path: str, cap: int, what: str) -> InputError:
+    return InputError(
+        f"{path}: snapshot walk stopped after {cap:,} {what} (oomdoctor.allocator.MAX_SNAPSHOT_{what.upper().replace(' ', '_')}); "
+        "the pickle repeats shared references or is far larger than any real snapshot"
+    )
+
+
+def _shared(path: str, what: str) -> InputError:
+    return InputError(f"{path}: snapshot refers to one {what} more than once (shared pickle references); a real snapshot never does")
+
+
+def _size(value: Any, path: str, what: str) -> int:
+    """A byte count from allocator data; InputError for anything that is not one (inf, NaN, 1e400, 10**5000)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{path}: {what} is {str(value)[:40]!r}, not a byte count")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{path}: {what} is {value}, not a byte count")
+    if not -_MAX_SIZE < value < _MAX_SIZE:
+        raise InputError(f"{path}: {what} is out of range for a byte count (more than 16 EiB)")
+    return int(value)
+
+
+def snapshot_facts(snap: dict[str, Any], path: str = "snapshot") -> dict[str, Any]:
+    """Fragmentation and the biggest holders, from segments and blocks; the OOM from device_traces.
+
+    InputError when the walk passes one of the MAX_SNAPSHOT_* caps.
+    """
+    n_segments = n_blocks = n_frames = n_entries = 0
     largest_free = 0
     inactive = 0
     inactive_split = 0
@@ -53,20 +98,42 @@ def snapshot_facts(snap: dict[str, Any]) -> dict[str, Any]:
     allocated = 0
     private = 0
     sites: Counter[str] = Counter()
-    for seg in snap.get("segments") or []:
+    segments = snap.get("segments") or []
+    if not isinstance(segments, list):
+        segments = []
+    # torch writes every segment, block list and block as its own object; a pickle that refers to
+    # one of them twice is built to multiply the walk, and is refused at the first repeat.
+    seen: set[int] = set()
+    for seg in segments:
+        n_segments += 1
+        if n_segments > MAX_SNAPSHOT_SEGMENTS:
+            raise _capped(path, MAX_SNAPSHOT_SEGMENTS, "segments")
         if not isinstance(seg, dict):
             continue
-        total = int(seg.get("total_size", 0) or 0)
+        if id(seg) in seen:
+            raise _shared(path, "segment")
+        seen.add(id(seg))
+        total = _size(seg.get("total_size"), path, "a segment's total_size")
         reserved += total
         pool = seg.get("segment_pool_id")
         if pool not in (None, (0, 0), [0, 0]):
             private += total
-        blocks = seg.get("blocks") or []
+        blocks = seg.get("blocks")
+        if not isinstance(blocks, list) or not blocks:
+            continue
+        n_blocks += len(blocks)
+        if n_blocks > MAX_SNAPSHOT_BLOCKS:
+            raise _capped(path, MAX_SNAPSHOT_BLOCKS, "blocks")
+        before = len(seen)
+        seen.add(id(blocks))
+        seen.update(id(b) for b in blocks if isinstance(b, dict))
+        if len(seen) - before != 1 + sum(1 for b in blocks if isinstance(b, dict)):
+            raise _shared(path, "block")
         active_in_segment = any(b.get("state") in ("active_allocated", "active_pending_free", "active_awaiting_free") for b in blocks if isinstance(b, dict))
         for b in blocks:
             if not isinstance(b, dict):
                 continue
-            size = int(b.get("size", 0) or 0)
+            size = _size(b.get("size"), path, "a block's size")
             state = b.get("state")
             if state == "inactive":
                 largest_free = max(largest_free, size)
@@ -75,15 +142,22 @@ def snapshot_facts(snap: dict[str, Any]) -> dict[str, Any]:
                     inactive_split += size
             elif state == "active_allocated":
                 allocated += size
-                frames = b.get("frames") or [h for hist in (b.get("history") or []) for h in (hist.get("frames") or [])]
-                site = _site(frames)
+                site, visited = _site(b, MAX_SNAPSHOT_FRAMES - n_frames)
+                n_frames += visited
+                if n_frames > MAX_SNAPSHOT_FRAMES:
+                    raise _capped(path, MAX_SNAPSHOT_FRAMES, "frames")
                 if site:
                     sites[site] += size
     ooms = []
-    for trace in snap.get("device_traces") or []:
-        for entry in trace or []:
+    traces = snap.get("device_traces") or []
+    for trace in traces if isinstance(traces, list) else []:
+        for entry in trace if isinstance(trace, list) else []:
+            n_entries += 1
+            if n_entries > MAX_SNAPSHOT_TRACE_ENTRIES:
+                raise _capped(path, MAX_SNAPSHOT_TRACE_ENTRIES, "trace entries")
             if isinstance(entry, dict) and entry.get("action") == "oom":
-                ooms.append({"size": entry.get("size"), "device_free": entry.get("device_free")})
+                free = entry.get("device_free")
+                ooms.append({"size": _size(entry.get("size"), path, "an oom trace's size") or None, "device_free": None if free is None else _size(free, path, "an oom trace's device_free")})
     return {
         "snapshot_reserved_bytes": reserved,
         "snapshot_allocated_bytes": allocated,
@@ -96,17 +170,36 @@ def snapshot_facts(snap: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _site(frames: Any) -> str | None:
-    if not isinstance(frames, list):
-        return None
-    for f in frames:
-        if not isinstance(f, dict):
+def _site(block: dict[str, Any], budget: int) -> tuple[str | None, int]:
+    """The first frame outside torch of a block (or of its history entries) and the frames visited.
+
+    Stops after ``budget`` + 1 visits (a history entry counts as one): the caller then refuses the
+    snapshot, so shared frame lists cannot make this loop run for minutes.
+    """
+    frames = block.get("frames")
+    if isinstance(frames, list) and frames:
+        lists: Iterable[Any] = (frames,)
+    else:
+        history = block.get("history")
+        lists = (h.get("frames") if isinstance(h, dict) else None for h in history) if isinstance(history, list) else ()
+    visited = 0
+    for frame_list in lists:
+        visited += 1
+        if visited > budget:
+            return None, visited
+        if not isinstance(frame_list, list):
             continue
-        name = str(f.get("filename", ""))
-        if "torch/" in name or name.startswith("<"):
-            continue
-        return f"{name}:{f.get('line')} {f.get('name')}"
-    return None
+        for f in frame_list:
+            visited += 1
+            if visited > budget:
+                return None, visited
+            if not isinstance(f, dict):
+                continue
+            name = str(f.get("filename", ""))
+            if "torch/" in name or name.startswith("<"):
+                continue
+            return f"{name}:{f.get('line')} {f.get('name')}", visited
+    return None, visited
 
 
 def memory_stats_of(data: Any, path: str) -> dict[str, Any]:
@@ -118,10 +211,12 @@ def memory_stats_of(data: Any, path: str) -> dict[str, Any]:
     return data
 
 
-def stats_facts(stats: dict[str, Any]) -> dict[str, Any]:
+def stats_facts(stats: dict[str, Any], path: str = "memory_stats") -> dict[str, Any]:
+    """The counters rules use; InputError when one is not a finite count (1e400, NaN, 10**5000)."""
+
     def g(key: str) -> int | None:
         v = stats.get(key)
-        return int(v) if isinstance(v, (int, float)) else None
+        return _size(v, path, key) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     out = {
         "stats_allocated_bytes": g("allocated_bytes.all.current"),

@@ -1,6 +1,6 @@
 """Evidence that is not a log: oomdoctor bundles, nvidia-smi CSV/XML, memory_stats JSON, snapshot pickles.
 
-Each loader turns one file into a plain dict of collected evidence that facts.py merges into the
+Each loader turns one file into a plain dict of collected evidence that oomdoctor.facts merges into the
 incident of the last run.
 """
 
@@ -16,6 +16,37 @@ BUNDLE_KIND = "oomdoctor-bundle"
 BUNDLE_VERSION = 1
 
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
+# Evidence JSON (manifests, memory_stats, samples, snapshots) is a few levels deep; deeper nesting is
+# hostile or corrupt and is refused before anything walks it.
+MAX_JSON_DEPTH = 64
+
+
+def _nesting_depth(data: Any, limit: int) -> int:
+    """Depth of nested objects and arrays, counted without recursion; stops once past ``limit``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def read_json(text: str, path: str) -> Any:
+    """Parsed evidence JSON; InputError (never RecursionError or a huge-int ValueError) when it is not sane."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise InputError(f"{path}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:
+        raise InputError(f"{path}: not JSON ({str(exc)[:200]})") from None
+    if _nesting_depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise InputError(f"{path}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return data
 
 
 def manifest_header(source: str) -> dict[str, Any]:
@@ -30,8 +61,8 @@ def is_bundle_dir(path: str) -> bool:
     if not manifest.is_file():
         return False
     try:
-        return json.loads(manifest.read_text()).get("kind") == BUNDLE_KIND
-    except (OSError, ValueError, AttributeError):
+        return read_json(manifest.read_text(encoding="utf-8", errors="replace"), str(manifest)).get("kind") == BUNDLE_KIND
+    except (OSError, InputError, AttributeError):
         return False
 
 
@@ -59,7 +90,7 @@ def load(path: str) -> dict[str, Any]:
     from oomdoctor import allocator, smi
 
     if path.endswith(SNAPSHOT_SUFFIXES):
-        return {"kind": "snapshot", "path": path, **allocator.snapshot_facts(allocator.load_snapshot(path))}
+        return {"kind": "snapshot", "path": path, **allocator.snapshot_facts(allocator.load_snapshot(path), path)}
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
@@ -71,24 +102,24 @@ def load(path: str) -> dict[str, Any]:
             raise InputError(f"{path}: {exc}") from None
         return {"kind": "gpus", "path": path, "source": "nvidia-smi -q -x", "gpus": [g.to_json() for g in gpus], "driver_version": smi.driver_version_xml(text)}
     if path.endswith(".csv"):
-        gpus = smi.parse_gpu_csv(text)
+        try:
+            gpus = smi.parse_gpu_csv(text)
+            apps = [] if gpus else smi.parse_apps_csv(text)
+        except ValueError as exc:
+            raise InputError(f"{path}: {exc}") from None
         if gpus:
             return {"kind": "gpus", "path": path, "source": "nvidia-smi csv", "gpus": [g.to_json() for g in gpus]}
-        apps = smi.parse_apps_csv(text)
         if apps:
             return {"kind": "apps", "path": path, "apps": apps}
         raise InputError(f"{path}: not an nvidia-smi --query-gpu or --query-compute-apps CSV")
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"{path}: not JSON ({exc})") from None
+    data = read_json(text, path)
     if isinstance(data, dict) and data.get("kind") == "oomdoctor-samples":
         return {"kind": "samples", "path": path, "samples": data.get("samples") or [], "unavailable": data.get("unavailable")}
     if isinstance(data, dict) and data.get("kind") == BUNDLE_KIND:
         evidence = data.get("gpu_evidence") or {}
         return {"kind": "gpus", "path": path, "source": evidence.get("source"), "gpus": data.get("gpus") or [], "driver_version": evidence.get("driver_version"), "manifest": data}
     if allocator.is_memory_stats(data):
-        return {"kind": "memory_stats", "path": path, **allocator.stats_facts(allocator.memory_stats_of(data, path))}
+        return {"kind": "memory_stats", "path": path, **allocator.stats_facts(allocator.memory_stats_of(data, path), path)}
     if isinstance(data, dict) and "segments" in data:
-        return {"kind": "snapshot", "path": path, **allocator.snapshot_facts(data)}
+        return {"kind": "snapshot", "path": path, **allocator.snapshot_facts(data, path)}
     raise InputError(f"{path}: JSON is neither an oomdoctor bundle manifest, memory_stats nor a snapshot")

@@ -2,14 +2,39 @@
 
 An ordered table of patterns, each replacing only the secret and keeping its key (and, for lists,
 the number of items), so a redacted report still says *that* a key was set.
+
+PEM blocks span lines, and bundle and ``collect`` copies are redacted one line at a time, so a
+``Redactor`` remembers that it is inside a block: every line after ``-----BEGIN ...-----`` that is
+key material (base64, a ``Proc-Type:``/``DEK-Info:`` header, blank) is replaced up to and including
+``-----END ...-----``, whatever prefix (timestamp, rank tag, compose service) each line carries.
+
+Opt-in PII mode (``Redactor(pii=True)``, the CLI's ``--redact-pii``) replaces e-mail addresses, IP
+addresses and host names by consistent pseudonyms (``<email-1>``, ``<ip-2>``, ``<host-1>``): one
+``Pseudonyms`` table per run, so the same node keeps the same name in every output and in every file
+of a bundle and multi-node timelines still line up. Loopback and wildcard addresses and well-known
+public domains (huggingface.co, github.com, ...) are kept: they identify nobody.
+
+The module functions ``redact_text`` / ``redact_obj`` use the redactor of the current ``session``
+(or a per-thread default with PII off), so callers that take no redactor argument (view, bundle,
+collect) follow whatever the CLI chose::
+
+    with redact.session(pii=True) as r:   # one pseudonym table for the whole run
+        view = build_view(result)          # redact_obj -> r.obj
+        write_bundle(...)                  # redact_text per line -> r.text
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import re
+import threading
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from oomdoctor.patterns import LazyRegex, lazy
+from oomdoctor.prefixes import split_prefix
 
 REDACTED = "<redacted>"
 
@@ -28,15 +53,36 @@ _SECRET_FLAGS = (
 # token *counts* (max_total_num_tokens) nor the tokenizer settings SGLang and vLLM print beside them.
 _KEY_WORD = r"(?:[A-Za-z0-9]+_)*(?:api_?key|apikey|token|secret|password|passwd|credentials?|access_?key|private_?key|auth)(?:_[A-Za-z0-9]+)*"
 _VALUE = r"""(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\[[^\]]*\]|[^\s,)}\]]+)"""
+# HTTP-header style names (hyphens, any case): x-api-key, api-key, x-goog-api-key, x-auth-token,
+# x-amz-security-token, ocp-apim-subscription-key, client-secret, cookie, ...
+_HEADER_NAME = (
+    r"(?:[a-z0-9]+-)*(?:api-?key|subscription-key|(?:auth|access|security|session|refresh|id|api|csrf|xsrf)-token|"
+    r"client-secret|secret-key|private-key|password|passwd|set-cookie|cookie)"
+    r"|x-(?:[a-z0-9]+-)*(?:key|token|secret|signature|password|credentials?)"
+)
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{1,60}-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]{1,60}-----")
+# One line of a block: base64 (RFC 7468 bodies, OpenSSH keys), an RFC 1421 header, or blank.
+_PEM_BODY = re.compile(r"[A-Za-z0-9+/=]*|(?:Proc-Type|DEK-Info|Comment|Version)\s*:.*")
 
 _RULES: tuple[tuple[str, LazyRegex, Any], ...] = (
+    # A whole block on one line (real or escaped "\n" newlines between BEGIN and END).
+    ("pem", lazy("-----BEGIN", r"-----BEGIN [A-Z0-9 ]{1,60}-----.*?-----END [A-Z0-9 ]{1,60}-----", re.S), REDACTED),
     (
-        "pem",
-        lazy("-----BEGIN", r"-----BEGIN [A-Z0-9 ]*(?:PRIVATE KEY|CERTIFICATE|OPENSSH PRIVATE KEY)-----.*?(?:-----END [A-Z0-9 ]*-----|$)", re.S),
-        REDACTED,
+        "authorization",
+        lazy(
+            None,
+            r"(?i)\b((?:proxy-|x-)?authorization['\"]?\s*[:=]\s*(['\"])?)"
+            r"(?:(?:digest|negotiate|ntlm|aws4-hmac-sha256|hmac-sha256|signature)\s(?(2)(?:(?!\2)[^\n])*|[^\n]*)|(?:(?:bearer|basic|token|apikey|key|sso-key)\s+)?[^\s'\",}]+)",
+        ),
+        rf"\1{REDACTED}",
     ),
-    ("authorization", lazy(None, r"(?i)\b((?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?)(?:(?:bearer|basic|token)\s+)?[^\s'\",}]+"), rf"\1{REDACTED}"),
     ("bearer", lazy(None, r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
+    (
+        "header",
+        lazy(None, r"(?i)(?<![\w-])(['\"]?)(" + _HEADER_NAME + r""")\1(\s*[:=]\s*)(?:(['"])(?:(?!\4).)*\4|[^\s'",;}]+)"""),
+        None,
+    ),
     ("url_userinfo", lazy("://", r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s:@'\"]+(?::[^/\s@'\"]*)?@"), rf"\1{REDACTED}@"),
     (
         "flag",
@@ -51,8 +97,11 @@ _RULES: tuple[tuple[str, LazyRegex, Any], ...] = (
     ("kv", lazy(None, r"""(['"]?)(?<![\w#.-])(""" + _KEY_WORD + r""")\1(\s*[=:]\s*)(""" + _VALUE + ")"), None),
     ("hf", lazy("hf_", r"\bhf_[A-Za-z0-9]{20,}"), REDACTED),
     ("openai", lazy("sk-", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{16,}"), REDACTED),
+    ("stripe", lazy("_", r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"), REDACTED),
     ("aws", lazy(None, r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), REDACTED),
+    ("google", lazy("AIza", r"\bAIza[0-9A-Za-z_-]{35}"), REDACTED),
     ("github", lazy(None, r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,})"), REDACTED),
+    ("gitlab", lazy("glpat-", r"\bglpat-[A-Za-z0-9_-]{20,}"), REDACTED),
     ("slack", lazy("xox", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), REDACTED),
     ("jwt", lazy("eyJ", r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
 )
@@ -60,18 +109,25 @@ _RULES: tuple[tuple[str, LazyRegex, Any], ...] = (
 _TRIGGERS = (
     "BEGIN",
     "uthorization",
+    "UTHORIZATION",
     "earer",
+    "EARER",
     "asic",
+    "ASIC",
     "://",
     "--",
     "=",
     ":",
     "hf_",
     "sk-",
+    "_live_",
+    "_test_",
     "AKIA",
     "ASIA",
+    "AIza",
     "gh",
     "github_pat_",
+    "glpat-",
     "xox",
     "eyJ",
 )
@@ -91,23 +147,295 @@ def _kv_replacement(m: re.Match[str]) -> str:
     return f"{quote}{key}{quote}{sep}{REDACTED}"
 
 
-def redact_text(text: str) -> str:
-    """Replace every secret this module knows in one string."""
+def _header_replacement(m: re.Match[str]) -> str:
+    quote, name, sep, value_quote = m.group(1), m.group(2), m.group(3), m.group(4) or ""
+    return f"{quote}{name}{quote}{sep}{value_quote}{REDACTED}{value_quote}"
+
+
+_REPLACERS: dict[str, Any] = {"kv": _kv_replacement, "header": _header_replacement}
+
+
+# Case-insensitive rules are tried only when the lower-cased line holds one of their words.
+_LOWER_NEEDLES: dict[str, tuple[str, ...]] = {
+    "authorization": ("authorization",),
+    "bearer": ("bearer", "basic"),
+    "header": ("key", "token", "secret", "passw", "cookie", "signature", "credential"),
+}
+
+
+def _redact_secrets(text: str) -> str:
     if not text or not any(t in text for t in _TRIGGERS):
         return text
+    lowered = text.lower()
     for name, pattern, repl in _RULES:
-        text = pattern.sub(_kv_replacement if name == "kv" else repl, text)
+        needles = _LOWER_NEEDLES.get(name)
+        if needles is not None and not any(n in lowered for n in needles):
+            continue
+        text = pattern.sub(_REPLACERS.get(name, repl), text)
     return text
+
+
+# --- PII: consistent pseudonyms ----------------------------------------------------------------
+
+# Public services whose names identify nobody; kept so links and download errors stay readable.
+PUBLIC_DOMAINS = (
+    "huggingface.co",
+    "hf.co",
+    "github.com",
+    "githubusercontent.com",
+    "pytorch.org",
+    "python.org",
+    "pypi.org",
+    "nvidia.com",
+    "vllm.ai",
+    "ray.io",
+    "sglang.ai",
+    "docs.sglang.ai",
+    "readthedocs.io",
+    "modelscope.cn",
+    "docker.com",
+    "docker.io",
+    "nvcr.io",
+    "ghcr.io",
+    "googleapis.com",
+    "anaconda.org",
+    "conda.io",
+)
+_KEEP_IPS = ("0.0.0.0", "255.255.255.255", "::", "::1")
+# Top-level domains a host name in a server log ends with (public and the usual internal ones);
+# file suffixes and attribute names that are also TLDs (.py, .sh, .md, .so, .rs, .info, .app, .in,
+# .it) are left out on purpose: torch.cuda.memory or server.app is not a host.
+_TLDS = (
+    "com|net|org|edu|gov|mil|io|ai|dev|cloud|co|internal|local|localdomain|lan|corp|intranet|intra|"
+    "svc|arpa|us|uk|de|fr|cn|jp|kr|ca|au|nl|se|ch|eu|ru|br|sg|tw|hk|il|pl|fi|dk"
+)
+_EMAIL_RE = lazy("@", r"(?<![\w.+%-])[A-Za-z0-9._%+-]{1,64}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])")
+_IPV4_RE = lazy(".", r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)")
+_IPV6_RE = lazy(":", r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
+_FQDN_RE = lazy(
+    ".",
+    r"(?<![\w.@-])(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+(?:" + _TLDS + r")(?![\w-]|\.[A-Za-z0-9])",
+    re.I,
+)
+# Where a bare host name is named: hostname=..., host: ..., --host ..., MASTER_ADDR=..., NCCL's
+# "node-7:1234:1234 [0] NCCL INFO" prefix, torch's "connect to [node-7]:29500".
+_HOST_CONTEXT = (
+    lazy(
+        None,
+        r"(?i)(?:(?<![\w-])--(?:host|dist-init-addr|master-addr|master_addr|node-name)[ =]"
+        r"|(?<![\w-])['\"]?(?:host_?name|host|node_?name|nodename|master_addr|server_name|dist_init_addr)['\"]?\s*[=:]\s*['\"]?)"
+        r"(?P<h>[A-Za-z][A-Za-z0-9-]{1,62})(?![\w.-]*\.\w)",
+    ),
+    lazy("NCCL", r"(?:^|\s)(?P<h>[A-Za-z][A-Za-z0-9-]{1,62}):\d+:\d+ \[\d+\] NCCL"),
+    lazy("]:", r"\[(?P<h>[A-Za-z][A-Za-z0-9-]{1,62})\]:\d+"),
+)
+_NOT_HOSTS = frozenset(
+    {
+        "localhost", "none", "null", "true", "false", "auto", "any", "all", "default", "unknown", "info", "warning", "error", "debug", "the", "and",
+        "for", "with", "from", "node", "host", "server", "gpu", "cpu", "cuda", "nccl", "gloo", "tcp", "udp", "http", "https", "env", "file",
+    }
+)
+
+
+class Pseudonyms:
+    """One table of stand-ins per run: the same value always gets the same ``<kind-N>``."""
+
+    def __init__(self) -> None:
+        self._names: dict[tuple[str, str], str] = {}
+        self._counts: dict[str, int] = {}
+
+    def get(self, kind: str, value: str) -> str:
+        key = (kind, value.lower())
+        name = self._names.get(key)
+        if name is None:
+            self._counts[kind] = self._counts.get(kind, 0) + 1
+            name = self._names[key] = f"<{kind}-{self._counts[kind]}>"
+        return name
+
+    def table(self) -> dict[str, str]:
+        """Placeholder -> original, for the user to keep privately (never written into a report)."""
+        return {name: value for (_, value), name in self._names.items()}
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def _public(host: str) -> bool:
+    host = host.lower().rstrip(".")
+    return any(host == d or host.endswith("." + d) for d in PUBLIC_DOMAINS)
+
+
+class Redactor:
+    """Redacts secrets (always) and, with ``pii=True``, e-mails, IPs and host names (consistently).
+
+    ``text`` takes any string: a line, a chunk of lines, a single value. State carried between calls:
+    whether the last line ended inside a PEM block (so a block split over lines or chunks is removed
+    whole), and the pseudonym table and learned host names when ``pii`` is on.
+    """
+
+    def __init__(self, pii: bool = False, pseudonyms: Pseudonyms | None = None, hostnames: Iterable[str] = ()) -> None:
+        self.pii = pii
+        self.pseudonyms = pseudonyms if pseudonyms is not None else Pseudonyms()
+        self._hosts: set[str] = set()
+        self._hosts_re: re.Pattern[str] | None = None
+        self._pem_prefix: str | None = None  # inside a block: the text before BEGIN on its line
+        for h in hostnames:
+            self.add_hostname(h)
+
+    # -- public API --
+
+    def text(self, text: str) -> str:
+        """Redact one string; a string of several lines is redacted line by line, block state kept."""
+        if not text:
+            return text
+        if "\n" not in text.rstrip("\n"):
+            return self._line(text)
+        return "".join(self._line(line) for line in text.splitlines(keepends=True))
+
+    def lines(self, lines: Iterable[str]) -> Iterator[str]:
+        """Redact a stream of lines (a log), carrying PEM state from line to line."""
+        for line in lines:
+            yield self._line(line)
+
+    def obj(self, obj: Any) -> Any:
+        """Redact every string in a JSON-like structure (dict keys are identifiers and stay)."""
+        if isinstance(obj, str):
+            return self.text(obj)
+        if isinstance(obj, dict):
+            return {k: self.obj(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self.obj(v) for v in obj]
+        if isinstance(obj, tuple):
+            return tuple(self.obj(v) for v in obj)
+        return obj
+
+    def end_of_stream(self) -> None:
+        """Forget an unfinished PEM block (call between files; a cut block then stops at the file's end)."""
+        self._pem_prefix = None
+
+    def learn(self, text: str) -> None:
+        """Collect host names named in ``text`` (hostname=..., NCCL prefixes) without redacting it.
+
+        A pre-pass over the inputs lets a host name be replaced even where it appears before the line
+        that names it as a host.
+        """
+        for pattern in _HOST_CONTEXT:
+            for m in pattern.finditer(text):
+                self.add_hostname(m.group("h"))
+
+    def add_hostname(self, name: str) -> None:
+        """Treat ``name`` as a host name everywhere from now on (like ``sos clean --domains``)."""
+        name = name.strip().rstrip(".")
+        if len(name) < 3 or name.lower() in _NOT_HOSTS or _public(name) or name.lower() in self._hosts:
+            return
+        self._hosts.add(name.lower())
+        words = "|".join(re.escape(h) for h in sorted(self._hosts, key=len, reverse=True))
+        self._hosts_re = re.compile(r"(?<![\w.-])(?:" + words + r")(?![\w-])", re.I)  # node7.log -> <host-1>.log
+
+    # -- internals --
+
+    def _line(self, line: str) -> str:
+        if self._pem_prefix is not None:
+            out = self._pem_continuation(line)
+            if out is not None:
+                return self._pseudonymize(out) if self.pii else out
+        text = _redact_secrets(line)
+        begin = _PEM_BEGIN.search(text) if "-----BEGIN" in text else None
+        if begin is not None:
+            # A block that does not end on this line: drop the rest of it, expect key lines next.
+            end = len(text.rstrip("\r\n"))
+            text = text[: begin.start()] + REDACTED + text[end:]
+            self._pem_prefix = line[: line.find("-----BEGIN")] if "-----BEGIN" in line else ""
+        if self.pii:
+            text = self._pseudonymize(text)
+        return text
+
+    def _pem_continuation(self, line: str) -> str | None:
+        """The redacted line while inside a block; None when the line is not part of the block."""
+        body = line.rstrip("\r\n")
+        newline = line[len(body) :]
+        prefix = self._pem_prefix or ""
+        candidates = []
+        if prefix and len(body) >= len(prefix) and _shape(body[: len(prefix)]) == _shape(prefix):
+            candidates.append(len(prefix))
+        msg = split_prefix(body).msg
+        if body.endswith(msg):
+            candidates.append(len(body) - len(msg))
+        candidates.append(0)
+        for start in candidates:
+            rest = body[start:].strip()
+            end = _PEM_END.search(rest)
+            if end is not None and _PEM_BODY.fullmatch(rest[: end.start()].strip()):
+                self._pem_prefix = None
+                tail = _redact_secrets(rest[end.end() :])
+                return body[:start] + REDACTED + (" " + tail.strip() if tail.strip() else "") + newline
+            if _PEM_BODY.fullmatch(rest):
+                return body[:start] + REDACTED + newline if rest else line
+        self._pem_prefix = None
+        return None
+
+    def _pseudonymize(self, text: str) -> str:
+        p = self.pseudonyms
+        text = _EMAIL_RE.sub(lambda m: p.get("email", m.group(0)), text)
+        text = _IPV4_RE.sub(lambda m: _ip(p, m.group(0)), text)
+        if "::" in text or text.count(":") >= 7:
+            text = _IPV6_RE.sub(lambda m: _ip(p, m.group(0)), text)
+        self.learn(text)
+        text = _FQDN_RE.sub(lambda m: m.group(0) if _public(m.group(0)) else p.get("host", m.group(0).rstrip(".")), text)
+        if self._hosts_re is not None:
+            text = self._hosts_re.sub(lambda m: p.get("host", m.group(0)), text)
+        return text
+
+
+def _shape(prefix: str) -> str:
+    """A prefix with its digits levelled, so lines stamped a second apart have the same shape."""
+    return re.sub(r"\d", "0", prefix)
+
+
+def _ip(p: Pseudonyms, text: str) -> str:
+    try:
+        addr = ipaddress.ip_address(text)
+    except ValueError:
+        return text  # 999.1.2.3, a version string, a C++ scope "c10::"
+    if text in _KEEP_IPS or addr.is_loopback or addr.is_unspecified:
+        return text
+    if addr.version == 6 and "::" not in text and text.count(":") < 7:
+        return text
+    return p.get("ip", addr.compressed)
+
+
+# --- the active redactor -----------------------------------------------------------------------
+
+_SESSION: ContextVar[Redactor | None] = ContextVar("oomdoctor_redactor", default=None)
+_LOCAL = threading.local()
+
+
+def active() -> Redactor:
+    """The redactor of the current ``session``, else this thread's default (PII off)."""
+    r = _SESSION.get()
+    if r is None:
+        r = getattr(_LOCAL, "redactor", None)
+        if r is None:
+            r = _LOCAL.redactor = Redactor()
+    return r
+
+
+@contextlib.contextmanager
+def session(pii: bool = False, redactor: Redactor | None = None) -> Iterator[Redactor]:
+    """Make one redactor (one pseudonym table) serve every ``redact_text``/``redact_obj`` call inside."""
+    r = redactor if redactor is not None else Redactor(pii=pii)
+    token = _SESSION.set(r)
+    try:
+        yield r
+    finally:
+        _SESSION.reset(token)
+
+
+def redact_text(text: str) -> str:
+    """Replace every secret this module knows in one string (and PII, in a PII session)."""
+    return active().text(text)
 
 
 def redact_obj(obj: Any) -> Any:
     """Redact every string in a JSON-like structure (dict keys are identifiers and stay)."""
-    if isinstance(obj, str):
-        return redact_text(obj)
-    if isinstance(obj, dict):
-        return {k: redact_obj(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [redact_obj(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(redact_obj(v) for v in obj)
-    return obj
+    return active().obj(obj)

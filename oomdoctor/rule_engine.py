@@ -206,19 +206,44 @@ def parse_rule(data: dict[str, Any], path: str, known_advice: Iterable[str] | No
     )
 
 
+# Input caps for rule files: a rule is a short file, and its conditions are walked recursively
+# (validation, fact names, evaluation), so nesting deeper than any real rule is refused up front.
+MAX_RULE_FILE_BYTES = 256 * 1024
+MAX_RULE_DEPTH = 32
+
+
+def _nesting_depth(data: Any, limit: int) -> int:
+    """Depth of nested tables and arrays, counted without recursion; stops once past ``limit``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
 def load_rule_file(path: Path, known_advice: Iterable[str] | None = None) -> Rule:
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise RuleError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(raw) > 256 * 1024:
-        raise RuleError(f"{path}: larger than 256 KiB; a rule is a short file")
+    if len(raw) > MAX_RULE_FILE_BYTES:
+        raise RuleError(f"{path}: larger than {MAX_RULE_FILE_BYTES >> 10} KiB; a rule is a short file")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise RuleError(f"{path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise RuleError(f"{path}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise RuleError(f"{path}: nested deeper than a rule can be (at most {MAX_RULE_DEPTH} levels of tables and arrays)") from None
+    if _nesting_depth(data, MAX_RULE_DEPTH) > MAX_RULE_DEPTH:
+        raise RuleError(f"{path}: nested deeper than a rule can be (at most {MAX_RULE_DEPTH} levels of tables and arrays)")
     return parse_rule(data, str(path), known_advice)
 
 

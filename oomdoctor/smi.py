@@ -23,15 +23,26 @@ _NA = {"", "[n/a]", "n/a", "not supported", "[not supported]", "[insufficient pe
 _MIB_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:MiB)?\s*$")
 
 
+# No GPU has 2**44 MiB (16 EiB); a longer number is corrupt or hostile and reads as unknown.
+_MAX_MIB = 1 << 44
+
+
 def _mib(text: str | None) -> int | None:
     if text is None or text.strip().lower() in _NA:
         return None
     m = _MIB_RE.match(text)
-    return round(float(m.group(1)) * MIB) if m else None
+    if not m or len(m.group(1)) > 32:
+        return None
+    value = float(m.group(1))
+    return round(value * MIB) if value < _MAX_MIB else None
 
 
 def _rows(text: str) -> tuple[list[str] | None, list[list[str]]]:
-    rows = [[c.strip() for c in r] for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r)]
+    """CSV rows; ValueError when the text is not CSV nvidia-smi could have written (a huge field, a NUL)."""
+    try:
+        rows = [[c.strip() for c in r] for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r)]
+    except csv.Error as exc:
+        raise ValueError(f"not nvidia-smi CSV ({exc})") from None
     header = None
     if rows and any(c.startswith(("index", "uuid", "gpu_uuid", "pid", "name", "memory.")) for c in rows[0]):
         header = [re.sub(r"\s*\[.*\]$", "", c) for c in rows[0]]

@@ -72,7 +72,10 @@ def test_symlink_loops(run_cli, tmp_path: Path) -> None:
     os.symlink(tmp_path / "x.log", tmp_path / "y.log")
     res = run_cli("diagnose", str(tmp_path), "--format", "json")
     assert res.code == 3
-    assert [i["path"] for i in res.json["inputs"]] == [str(tmp_path / "a.log")]
+    assert [i["path"] for i in res.json["inputs"] if i["kind"] == "log"] == [str(tmp_path / "a.log")]
+    # The looping file links are not read, and are listed as skipped (the in-directory link "self" is not walked).
+    assert sorted(i["path"] for i in res.json["inputs"] if i["kind"] == "skipped") == [str(tmp_path / "x.log"), str(tmp_path / "y.log")]
+    assert "x.log: skipped: broken symlink" in res.err
     direct = run_cli("diagnose", str(tmp_path / "x.log"))
     assert direct.code == 5 and "symbolic links" in direct.err
 
@@ -184,3 +187,111 @@ def test_crash_loop_keeps_every_incident_with_bounded_events(run_cli, tmp_path: 
     assert "this log holds 299 earlier incidents: 299 startup_kv" in d["verdict"]["summary"]
     assert d["verdict"]["class"] == "startup_kv"
     assert d["findings"][0]["recommendations"][0]["value"] == 0.85
+
+
+# --- bounded work on hostile evidence (trust issue, item 2) -------------------------------------
+
+
+def _shared_reference_snapshot(path: Path) -> Path:
+    """~400 KB of pickle whose walk would visit 10**10 blocks: one segment and one block, referenced over and over."""
+    import pickle
+
+    block = {"size": 2 << 20, "state": "inactive"}
+    segment = {"total_size": 2 << 20, "segment_pool_id": (0, 0), "blocks": [block] * 100_000}
+    path.write_bytes(pickle.dumps({"segments": [segment] * 100_000}))
+    return path
+
+
+def test_shared_reference_snapshot_is_bounded(tmp_path: Path) -> None:
+    import pickle
+    import subprocess
+    import sys
+
+    snap = _shared_reference_snapshot(tmp_path / "bomb.pickle")
+    assert snap.stat().st_size < 500_000
+    res = subprocess.run([sys.executable, "-m", "oomdoctor", "diagnose", str(snap)], capture_output=True, text=True, timeout=2.0)
+    assert res.returncode == 5, res.stderr
+    assert "shared pickle references" in res.stderr and "Traceback" not in res.stderr
+    # Beside a log, the snapshot is listed as unread with the cap and the log is still diagnosed.
+    res = subprocess.run([sys.executable, "-m", "oomdoctor", "diagnose", str(SEED), str(snap)], capture_output=True, text=True, timeout=5.0)
+    assert res.returncode == 3 and "shared pickle references" in res.stderr
+    # Each segment its own object, all holding one block many times: refused at the first segment.
+    block = {"size": 1, "state": "inactive"}
+    snap.write_bytes(pickle.dumps({"segments": [{"total_size": 1, "blocks": [block] * 1000} for _ in range(200)]}))
+    res = subprocess.run([sys.executable, "-m", "oomdoctor", "diagnose", str(snap)], capture_output=True, text=True, timeout=2.0)
+    assert res.returncode == 5 and "refers to one block more than once" in res.stderr
+
+
+def test_snapshot_walk_caps_are_each_enforced() -> None:
+    from oomdoctor import allocator
+    from oomdoctor.errors import InputError
+
+    # Distinct objects (the shared-reference check would refuse repeats first); frame lists may be shared.
+    frames = [{"filename": "torch/x.py", "line": 1, "name": "f"}] * 10_000
+    cases = {
+        "segments": {"segments": [{"total_size": 1, "blocks": []} for _ in range(allocator.MAX_SNAPSHOT_SEGMENTS + 1)]},
+        "blocks": {"segments": [{"total_size": 1, "blocks": [{"size": 1, "state": "inactive"} for _ in range(1000)]} for _ in range(allocator.MAX_SNAPSHOT_BLOCKS // 1000 + 1)]},
+        "frames": {"segments": [{"total_size": 1, "blocks": [{"size": 1, "state": "active_allocated", "frames": frames} for _ in range(1000)]}]},
+        "trace entries": {"segments": [], "device_traces": [[{"action": "alloc"}] * 1000] * (allocator.MAX_SNAPSHOT_TRACE_ENTRIES // 1000 + 1)},
+    }
+    for what, snap in cases.items():
+        started = time.monotonic()
+        with pytest.raises(InputError, match=what):
+            allocator.snapshot_facts(snap, "s.pickle")
+        assert time.monotonic() - started < 2.0
+
+
+@pytest.mark.parametrize(
+    "name, text, reason",
+    [
+        ("deep-array.json", "[" * 100_000 + "]" * 100_000, "nested deeper than"),
+        ("deep-object.json", '{"a":' * 100_000 + "1" + "}" * 100_000, "nested deeper than"),
+        ("deep-but-parsable.json", '{"allocated_bytes.all.current": ' + "[" * 500 + "]" * 500 + "}", "nested deeper than"),
+        ("inf.json", '{"allocated_bytes.all.current": 1e400, "reserved_bytes.all.current": 1}', "allocated_bytes.all.current is inf"),
+        ("nan.json", '{"allocated_bytes.all.current": NaN, "reserved_bytes.all.current": 1}', "not a byte count"),
+        ("bigint.json", '{"allocated_bytes.all.current": 1' + "0" * 5000 + "}", "not JSON"),
+        ("bigint4000.json", '{"allocated_bytes.all.current": 1' + "0" * 4000 + "}", "out of range"),
+        ("snapshot-inf.json", '{"segments": [{"total_size": 1e400, "blocks": []}]}', "total_size is inf"),
+        ("huge-field.csv", 'index,name\n0,"' + "a" * 200_000 + '"\n', "field larger than"),
+    ],
+)
+def test_hostile_evidence_json_gets_exit_5_with_the_reason(run_cli, tmp_path: Path, name: str, text: str, reason: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    res = run_cli("diagnose", str(path))
+    assert res.code == 5, res.err
+    assert reason in res.err and "internal error" not in res.err
+
+
+def test_huge_mib_in_smi_csv_reads_as_unknown(run_cli, tmp_path: Path) -> None:
+    path = tmp_path / "gpus.csv"
+    path.write_text("index,uuid,pci.bus_id,name,memory.total,memory.used,memory.free,memory.reserved\n0,GPU-1,00:01,H100," + "9" * 5000 + ",1,1,1\n")
+    res = run_cli("diagnose", str(SEED), str(path), "--format", "json")
+    assert res.code == 3 and "internal error" not in res.err
+
+
+def test_deep_manifest_in_a_bundle_dir_is_not_a_crash(run_cli, tmp_path: Path) -> None:
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    (bundle / "server.log").write_text(SEED.read_text())
+    res = run_cli("diagnose", str(bundle))
+    assert res.code in (3, 5) and "internal error" not in res.err
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a = " + "[" * 100_000 + "]" * 100_000 + "\n",
+        "a = " + "{b=" * 5_000 + "1" + "}" * 5_000 + "\n",
+        "a = " + "[" * 200 + "]" * 200 + "\n",
+    ],
+)
+def test_deeply_nested_rule_file_gets_exit_5(run_cli, tmp_path: Path, text: str) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "deep.toml").write_text(text)
+    for args in (("diagnose", str(SEED), "--rules", str(rules)), ("rules", "check", "--rules", str(rules))):
+        res = run_cli(*args)
+        assert res.code == 5, res.err
+        assert "deep.toml" in res.err and "nested deeper than" in res.err

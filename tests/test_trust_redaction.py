@@ -1,0 +1,252 @@
+"""Redaction that holds: multi-line PEM blocks, header-style keys, Google keys, and the opt-in PII mode.
+
+A corpus of secret forms goes through redact_text line by line (as bundle and collect copies do),
+through Redactor on arbitrary chunks, and through `diagnose` in every format and in every member of
+`--bundle`; no secret may survive anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from oomdoctor import redact
+from oomdoctor.redact import Pseudonyms, Redactor, redact_obj, redact_text
+
+from conftest import FIXTURES
+
+SEED = FIXTURES / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"
+
+# A PEM body: every line a distinct secret fragment, the last line short as in real keys.
+PEM_BODY = [
+    "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj",
+    "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu",
+    "NMoSfm76oqFvAp8Gy0iz5sxjZmSnXyCdPEovGhLa0VzMaQ8s+CLOyS56YyCFGeJZ",
+    "qgtzJ6GR3eqoYSW9b9UMvkBpZODSctWSNGj3P7jRFDO5VoTwCQAWbFnOjDfH5Ulg",
+    "p2PKSQnSJP3AJLQNFNe7br1XbrhV//eO+t51mIpGSDCUv3E0DDFcWDTH9cXDTTlR",
+    "ZVEiR2BwpZOOkE/Z0/BVnhZYL71oZV34bKfWjQIt6V/isSMahdsAASACp4ZTGtwi",
+    "VuNd9tybAgMBAAE=",
+]
+PEM_LINES = ["-----BEGIN PRIVATE KEY-----", *PEM_BODY, "-----END PRIVATE KEY-----"]
+ENCRYPTED_PEM = [
+    "-----BEGIN RSA PRIVATE KEY-----",
+    "Proc-Type: 4,ENCRYPTED",
+    "DEK-Info: AES-128-CBC,3F17F5316E2BAC89A1B2C3D4E5F60718",
+    "",
+    "hvZCNmPa3nDNN3tNdNFl1mdM8GWqj9RGXx0yIpgLaKxZyl1cYvGTyHSCO2PjLcpQ",
+    "Zr9bWkSQfdNqLqw0gFxA",
+    "-----END RSA PRIVATE KEY-----",
+]
+ENCRYPTED_SECRETS = ["3F17F5316E2BAC89A1B2C3D4E5F60718", "hvZCNmPa3nDNN3tNdNFl1mdM8GWqj9RGXx0yIpgLaKxZyl1cYvGTyHSCO2PjLcpQ", "Zr9bWkSQfdNqLqw0gFxA"]
+
+# One line each: the secret, and the line it appears on.
+LINE_SECRETS = {
+    "k3y-0123456789abcdef": "INFO request headers: {'x-api-key': 'k3y-0123456789abcdef', 'content-type': 'application/json'}",
+    "XAPI0123456789XYZ": "curl -H 'X-API-KEY: XAPI0123456789XYZ' http://server:30000/v1/models",
+    "azkey9876543210zz": 'headers={"api-key": "azkey9876543210zz"}',
+    "authtok-55aa66bb77cc": "X-Auth-Token: authtok-55aa66bb77cc",
+    "goog-hdr-secret-123": "x-goog-api-key=goog-hdr-secret-123",
+    "amzsecuritytoken0001": "X-Amz-Security-Token: amzsecuritytoken0001",
+    "apimsub0123456789": "Ocp-Apim-Subscription-Key: apimsub0123456789",
+    "uppercasebearer0123": "AUTHORIZATION: BEARER uppercasebearer0123",
+    "proxyauth0123456": "Proxy-Authorization: Basic proxyauth0123456",
+    "dictbearer0123456": "{'Authorization': 'Bearer dictbearer0123456'}",
+    "digestresp0123456789": 'Authorization: Digest username="u", realm="r", response="digestresp0123456789"',
+    "AIzaSyA1234567890abcdefghijklmnopqrstuv": "google key AIzaSyA1234567890abcdefghijklmnopqrstuv in the config",
+    "AIzaSyZ_-ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ": "GOOGLE_KEY AIzaSyZ_-ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ",
+    "glpat-abcdefghij0123456789": "gitlab glpat-abcdefghij0123456789",
+    "sk_live_0123456789abcdefABCD": "stripe sk_live_0123456789abcdefABCD",
+    "MIIBOgIBAAJBAKj34GkxFhD90vcN": "ssl_key='-----BEGIN RSA PRIVATE KEY-----\\nMIIBOgIBAAJBAKj34GkxFhD90vcN\\n-----END RSA PRIVATE KEY-----\\n'",
+}
+ALL_SECRETS = [*PEM_BODY, *ENCRYPTED_SECRETS, *LINE_SECRETS]
+
+
+def _leaks(text: str) -> list[str]:
+    return [s for s in ALL_SECRETS if s in text]
+
+
+# --- redact_text / Redactor ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("secret, line", list(LINE_SECRETS.items()))
+def test_each_line_form_is_redacted(secret: str, line: str) -> None:
+    out = Redactor().text(line)
+    assert secret not in out and "<redacted>" in out
+
+
+def test_header_redaction_keeps_the_name_and_quotes() -> None:
+    r = Redactor()
+    assert r.text("{'x-api-key': 'abc123456'}") == "{'x-api-key': '<redacted>'}"
+    assert r.text("X-Auth-Token: abc123456 next") == "X-Auth-Token: <redacted> next"
+    # Not secrets: counts and ids with similar names stay.
+    for harmless in ("x-ratelimit-remaining-tokens: 100", "x-request-id: 42", "--max-total-tokens 4096", "num-tokens: 7"):
+        assert r.text(harmless) == harmless
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["", "[2026-03-02 10:00:41 TP0] ", "sglang-1  | ", "2026-03-02T10:00:41.123Z ", "[rank1]: ", "Mar 02 10:00:41 node7 python[123]: "],
+)
+def test_pem_block_redacted_line_by_line(prefix: str) -> None:
+    """The bundle and collect copies call redact_text once per line: the body must go too."""
+    redact.active().end_of_stream()
+    lines = [f"{prefix}loading TLS key\n"] + [f"{prefix}{line}\n" for line in PEM_LINES] + [f"{prefix}server ready on port 30000\n"]
+    out = "".join(redact_text(line) for line in lines)
+    assert not _leaks(out), out
+    assert "loading TLS key" in out and "server ready on port 30000" in out
+    assert out.count("\n") == len(lines)  # line numbers in the copy match the original
+
+
+def test_pem_block_split_across_chunks() -> None:
+    r = Redactor()
+    text = "\n".join(["before", *PEM_LINES, "after"]) + "\n"
+    for cut in (10, 60, 200, 300, len(text) - 30):
+        r.end_of_stream()
+        head, tail = text[:cut], text[cut:]
+        # Chunks are whole lines, as iter_line_chunks yields them.
+        split = head.rfind("\n") + 1
+        out = r.text(text[:split]) + r.text(text[split:])
+        assert not _leaks(out), (cut, out)
+        assert out.startswith("before\n") and out.endswith("after\n"), out
+        assert head + tail == text
+
+
+def test_encrypted_pem_headers_and_blank_line() -> None:
+    out = Redactor().text("\n".join([*ENCRYPTED_PEM, "Load weight end."]) + "\n")
+    assert not _leaks(out) and "Load weight end." in out
+
+
+def test_truncated_pem_stops_at_the_first_ordinary_line() -> None:
+    r = Redactor()
+    lines = ["-----BEGIN OPENSSH PRIVATE KEY-----", PEM_BODY[0], PEM_BODY[1], "[2026-03-02 10:00:42] Load weight begin. avail mem=78.5 GB"]
+    out = r.text("\n".join(lines))
+    assert not _leaks(out)
+    assert out.endswith("[2026-03-02 10:00:42] Load weight begin. avail mem=78.5 GB")
+    assert r.text("plain") == "plain"  # the block is over
+
+
+def test_redact_obj_and_module_functions_still_work() -> None:
+    assert redact_obj({"a": ["x-api-key: abcdef123", 3]}) == {"a": ["x-api-key: <redacted>", 3]}
+
+
+# --- the corpus through the CLI -----------------------------------------------------------------
+
+
+@pytest.fixture
+def secret_log(tmp_path: Path) -> Path:
+    seed = SEED.read_text().splitlines()
+    body = ["[2026-03-02 10:00:40] loading ssl key from env"]
+    body += [f"[2026-03-02 10:00:40] {line}" for line in PEM_LINES]
+    body += ENCRYPTED_PEM
+    body += list(LINE_SECRETS.values())
+    log = tmp_path / "secret.log"
+    log.write_text("\n".join(body + seed) + "\n")
+    return log
+
+
+def _all_outputs(run_cli, log: Path, tmp_path: Path) -> dict[str, str]:
+    outputs = {}
+    for fmt in ("text", "json", "markdown", "html"):
+        res = run_cli("diagnose", str(log), "--format", fmt)
+        assert res.code == 3
+        outputs[fmt] = res.out + res.err
+    bundle = tmp_path / "b.zip"
+    assert run_cli("diagnose", str(log), "--bundle", str(bundle)).code == 3
+    with zipfile.ZipFile(bundle) as zf:
+        for name in zf.namelist():
+            outputs[f"bundle:{name}"] = zf.read(name).decode()
+    return outputs
+
+
+def test_no_secret_of_the_corpus_survives_any_output(run_cli, secret_log: Path, tmp_path: Path) -> None:
+    assert _leaks(secret_log.read_text()) == ALL_SECRETS
+    outputs = _all_outputs(run_cli, secret_log, tmp_path)
+    assert "bundle:inputs/secret.log" in outputs
+    for where, text in outputs.items():
+        assert not _leaks(text), f"{_leaks(text)} leaked into {where}"
+    copy = outputs["bundle:inputs/secret.log"]
+    assert copy.count("\n") == secret_log.read_text().count("\n")
+    assert "server_args=ServerArgs(" in copy  # the log itself survives
+
+
+def test_no_secret_survives_collect_copies(run_cli, secret_log: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    res = run_cli("collect", "-o", str(out), "--log", str(secret_log))
+    assert res.code in (0, 5)
+    copies = list((out / "logs").iterdir())
+    assert copies
+    for p in copies:
+        assert not _leaks(p.read_text()), p
+
+
+# --- PII ----------------------------------------------------------------------------------------
+
+
+def test_pii_off_by_default() -> None:
+    line = "connect to 10.1.2.3:29500 host=gpu-node-07 owner alice@example.com"
+    assert Redactor().text(line) == line
+
+
+def test_pii_pseudonyms_are_consistent() -> None:
+    r = Redactor(pii=True)
+    a = r.text("[2026-03-02 10:00:41] init_process_group tcp://10.1.2.3:29500 from 10.1.2.4 (alice@example.com)")
+    b = r.text("NCCL INFO peer 10.1.2.4 ok, rendezvous 10.1.2.3; mail ALICE@example.com bob@example.com")
+    assert a == "[2026-03-02 10:00:41] init_process_group tcp://<ip-1>:29500 from <ip-2> (<email-1>)"
+    assert b == "NCCL INFO peer <ip-2> ok, rendezvous <ip-1>; mail <email-1> <email-2>"
+    assert r.pseudonyms.table()["<ip-1>"] == "10.1.2.3"
+
+
+def test_pii_hosts_ipv6_and_what_is_kept() -> None:
+    r = Redactor(pii=True)
+    out = r.text("hostname=gpu-node-07 fqdn gpu-node-07.cluster.internal addr fe80::1ff:fe23:4567:890a")
+    assert "gpu-node-07" not in out and "fe80" not in out
+    assert "<host-1>" in out and "<host-2>" in out and "<ip-1>" in out
+    # Learned once, the bare name is replaced everywhere after.
+    bare = next(k for k, v in r.pseudonyms.table().items() if v == "gpu-node-07")
+    assert f"hostname={bare} " in out
+    assert r.text("gpu-node-07:1234:1234 [0] NCCL INFO Bootstrap") == f"{bare}:1234:1234 [0] NCCL INFO Bootstrap"
+    assert r.text("reading /logs/gpu-node-07.log") == f"reading /logs/{bare}.log"
+    kept = [
+        "--host 0.0.0.0 --port 30000 and 127.0.0.1 and ::1",
+        "[2026-03-02 10:00:41 TP0] torch.cuda.memory.mem_get_info() in sglang.srt.model_executor.model_runner",
+        "c10::Error at::Tensor std::vector",
+        "download https://huggingface.co/Qwen/Qwen3-8B/resolve/main/config.json",
+        "NCCL version 2.21.5+cuda12.4 torch 2.5.1 vllm 0.6.3.post1 10:00:41",
+        "model.safetensors.index.json config.json setup.py",
+    ]
+    for line in kept:
+        assert r.text(line) == line
+
+
+def test_pii_is_consistent_across_every_output_and_bundle_member(run_cli, tmp_path: Path) -> None:
+    """How the CLI wires --redact-pii: one session around the view, the renderers and the bundle."""
+    seed = SEED.read_text().splitlines()
+    node0 = tmp_path / "node0.log"
+    node1 = tmp_path / "node1.log"
+    node0.write_text("\n".join(["[2026-03-02 10:00:40] hostname=gpu-node-07 master 10.9.8.7:29500 admin ops@corp.example.com", *seed]) + "\n")
+    node1.write_text("[2026-03-02 10:00:40] hostname=gpu-node-08 joined master 10.9.8.7:29500, peer gpu-node-07\n")
+    bundle = tmp_path / "pii.zip"
+    with redact.session(pii=True) as r:
+        assert run_cli("diagnose", str(node0), str(node1), "--bundle", str(bundle), "--format", "json").code == 3
+    with zipfile.ZipFile(bundle) as zf:
+        files = {n: zf.read(n).decode() for n in zf.namelist()}
+    everything = "".join(files.values())
+    for private in ("10.9.8.7", "gpu-node-07", "gpu-node-08", "ops@corp.example.com"):
+        assert private not in everything
+    ip = next(k for k, v in r.pseudonyms.table().items() if v == "10.9.8.7")
+    assert f"{ip}:29500" in files["inputs/node0.log"] and f"{ip}:29500" in files["inputs/node1.log"]
+    host7 = next(k for k, v in r.pseudonyms.table().items() if v == "gpu-node-07")
+    assert f"hostname={host7}" in files["inputs/node0.log"] and f"peer {host7}" in files["inputs/node1.log"]
+    json.loads(files["diagnosis.json"])
+    # Outside the session nothing is pseudonymised.
+    assert redact_text("10.9.8.7") == "10.9.8.7"
+
+
+def test_shared_pseudonym_table_between_redactors() -> None:
+    table = Pseudonyms()
+    assert Redactor(pii=True, pseudonyms=table).text("10.0.0.5") == "<ip-1>"
+    assert Redactor(pii=True, pseudonyms=table).text("10.0.0.6 10.0.0.5") == "<ip-2> <ip-1>"
+    assert len(table) == 2
