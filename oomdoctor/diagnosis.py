@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from oomdoctor import __version__, advice, budget, collected, confidence
+from oomdoctor import __version__, advice, budget, collected, confidence, issue_body
 from oomdoctor import phase as phase_step
 from oomdoctor.completeness import Completeness
 from oomdoctor.confidence import Factor
@@ -22,6 +22,7 @@ from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.facts import Facts, build_facts
 from oomdoctor.gpus import smallest_card_holding
 from oomdoctor.inputs import InputStats, expand_paths, iter_line_chunks, unread_input
+from oomdoctor.issue_input import issue_chunks
 from oomdoctor.ordering import oldest_first
 from oomdoctor.parsers import records as rc
 from oomdoctor.parsers import sglang as sg
@@ -221,7 +222,13 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
     def reversed_note() -> None:
         stats.warn("timestamps go back in time (a newest-first console export): read oldest first; line numbers count from the end")
 
-    chunks = oldest_first(iter_line_chunks(path, stats), reversed_note)
+    def issue_note(reported: list[Event]) -> None:
+        stats.kind = "issue"
+        stats.warn("read as a bug report: only its code blocks, <details> and quoted logs are evidence; stated flags are marked as reported")
+        for e in reported:
+            store.add(e)
+
+    chunks = oldest_first(issue_chunks(iter_line_chunks(path, stats), path, display, issue_note), reversed_note)
     for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS):
         if line.system:
             stats.system_hints[line.system] = stats.system_hints.get(line.system, 0) + 1
@@ -459,7 +466,7 @@ def _autotune_view(facts: Facts) -> budget.Derived | None:
         if card is None:
             return None
         capacity = card[1]
-        assumed.append(budget.Step("card capacity (assumed from pre)", f"smallest known card above pre: {card[0]}", capacity))
+        assumed.append(budget.Step("card capacity (assumed from pre)", f"smallest known card above pre: {card[0]}", capacity, "bytes"))
     if not capacity:
         return None
     era = "B" if facts.get("load_end_era") == "V-a/b" else "current"
@@ -471,7 +478,19 @@ def _autotune_view(facts: Facts) -> budget.Derived | None:
         chunked_prefill_size=facts.get("chunked_prefill_size"),
         cuda_graph_max_bs=facts.get("cuda_graph_max_bs"),
     )
-    return budget.Derived(auto.value, (*tuple(assumed), budget.Step("auto-tune era", "from the log's line formats", era), *auto.steps))
+    return budget.Derived(auto.value, (*tuple(assumed), budget.Step("auto-tune era", "from the log's line formats", era, "text"), *auto.steps))
+
+
+def _is_issue_export(path: str) -> bool:
+    """An issue's JSON export (body and comments) is a bug report to read, not collected evidence."""
+    if not path.lower().endswith(".json"):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4 << 20)
+    except OSError:
+        return False
+    return issue_body.is_issue_json(head.decode("utf-8", "replace"))
 
 
 def _split_evidence(paths: list[str]) -> tuple[list[str], list[str]]:
@@ -482,7 +501,7 @@ def _split_evidence(paths: list[str]) -> tuple[list[str], list[str]]:
         if path != "-" and os.path.isdir(path) and collected.is_bundle_dir(path):
             evidence.extend(collected.evidence_files(path))
             logs.append(path)
-        elif path != "-" and os.path.isfile(path) and collected.is_evidence_file(path):
+        elif path != "-" and os.path.isfile(path) and not _is_issue_export(path) and collected.is_evidence_file(path):
             evidence.append(path)
         else:
             logs.append(path)
@@ -540,7 +559,7 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
     if incidents:
         last = incidents[-1]
         primary = last.primary
-        summary = primary.message + history.earlier_text()
+        summary = primary.message + history.earlier_text() + _reported_text(last.facts)
         return Diagnosis(
             verdict_class=primary.klass,
             verdict_confidence=primary.confidence,
@@ -614,6 +633,33 @@ def _slim(incident: Incident) -> Incident:
     facts = Facts(run=f.run, first_line=f.first_line, time=f.time)
     finding = Finding(rule=primary.rule, klass=primary.klass, confidence=primary.confidence, message="", evidence=(), recommendations=[])
     return Incident(run=incident.run, facts=facts, findings=[finding], not_evaluated=[])
+
+
+_REPORTED_WORDS = {
+    "mem_fraction_static": "--mem-fraction-static {}",
+    "gpu_memory_utilization": "--gpu-memory-utilization {}",
+    "tp_size": "TP {}",
+    "max_model_len": "--max-model-len {}",
+    "context_length": "--context-length {}",
+    "chunked_prefill_size": "--chunked-prefill-size {}",
+    "max_num_seqs": "--max-num-seqs {}",
+    "model_path": "model {}",
+    "capacity_bytes": "the GPU ({})",
+}
+
+
+def _reported_text(facts: Facts) -> str:
+    """Which numbers rest on the reporter's words rather than on a log line."""
+    names = facts.get("reported_facts") or ()
+    if not names:
+        return ""
+    parts = []
+    for name in names:
+        value = facts.get("reported_gpu") if name == "capacity_bytes" else facts.get(name)
+        ref = facts.ref(name)
+        where = f" (line {ref.line})" if ref is not None else ""
+        parts.append(_REPORTED_WORDS.get(name, name + " {}").format(value) + where)
+    return " Stated by the reporter, not read from a log: " + "; ".join(parts) + "."
 
 
 def _completeness(facts: Facts | None) -> Completeness:

@@ -13,6 +13,7 @@ from oomdoctor.facts import derived, sglang, torch, vllm
 from oomdoctor.facts.collected import collected_facts
 from oomdoctor.facts.common import failure_flags, resolve_system
 from oomdoctor.facts.phase_facts import phase_facts
+from oomdoctor.facts.reported import reported_facts
 from oomdoctor.facts.store import Facts
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
@@ -55,6 +56,7 @@ def build_facts(
     f.set("system_source", source)
     f.set("oom_evident", bool(oom_idx), first.ref)
     sglang.server_args_facts(f, events)
+    reported_facts(f, events)
     sglang.startup_facts(f, events, first_i)
     torch.torch_facts(f, events, oom_idx)
     sglang.error_facts(f, events)

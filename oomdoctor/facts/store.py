@@ -7,7 +7,8 @@ prints the same line; the first one is the one to cite). So the order the builde
 nothing for these facts, and no builder can overwrite a stronger source by running later.
 
 Sources are named after the event kind that carries the figure where there is one (the parser's
-``KIND_*`` string), else after the derivation that computes it.
+``KIND_*`` string), else after the derivation that computes it; "reported" (what a bug report's
+prose states) always ranks last.
 """
 
 from __future__ import annotations
@@ -23,19 +24,19 @@ _VLLM_CONFIG = ("vllm_args", "vllm_engine_config")
 
 PRECEDENCE: dict[str, tuple[str, ...]] = {
     # --- SGLang settings: the server_args line is what the server ran with; the others echo it.
-    "mem_fraction_static": ("server_args", "legacy_memory_profiling", "omni_stage", "sglang_kv_error"),
+    "mem_fraction_static": ("server_args", "legacy_memory_profiling", "omni_stage", "sglang_kv_error", "reported"),
     "max_running_requests": ("server_args", "summary"),
-    "chunked_prefill_size": ("server_args", "summary"),
+    "chunked_prefill_size": ("server_args", "summary", "reported"),
     # --- Settings both engines print: SGLang's server_args, then vLLM's args, then its engine config.
-    "tp_size": ("server_args", *_VLLM_CONFIG),
+    "tp_size": ("server_args", *_VLLM_CONFIG, "reported"),
     "pp_size": ("server_args", *_VLLM_CONFIG),
     "kv_cache_dtype": ("server_args", *_VLLM_CONFIG),
-    "model_path": ("server_args", *_VLLM_CONFIG),
+    "model_path": ("server_args", *_VLLM_CONFIG, "reported"),
     # --- vLLM settings: the arguments, then the engine config, then the lines that echo them.
-    "gpu_memory_utilization": (*_VLLM_CONFIG, "vllm_profile_v0_results", "vllm_free_less_than_requested", "vllm_profile_total", "vllm_initial_free"),
-    "max_model_len": (*_VLLM_CONFIG, "vllm_one_request_does_not_fit", "vllm_concurrency"),
+    "gpu_memory_utilization": (*_VLLM_CONFIG, "vllm_profile_v0_results", "vllm_free_less_than_requested", "vllm_profile_total", "vllm_initial_free", "reported"),
+    "max_model_len": (*_VLLM_CONFIG, "vllm_one_request_does_not_fit", "vllm_concurrency", "reported"),
     "max_num_batched_tokens": (*_VLLM_CONFIG, "vllm_chunked_prefill"),
-    "max_num_seqs": _VLLM_CONFIG,
+    "max_num_seqs": (*_VLLM_CONFIG, "reported"),
     "enforce_eager": _VLLM_CONFIG,
     "max_capture_size": _VLLM_CONFIG,
     "block_size": _VLLM_CONFIG,
@@ -47,6 +48,8 @@ PRECEDENCE: dict[str, tuple[str, ...]] = {
         "vllm_profile_v0_results",
         "vllm_budget_over_util",
         "nvml",
+        # What the reporter says the card is ("8x H100 80GB"): the weakest figure of all.
+        "reported",
     ),
     "requested_bytes": ("oom_message", "snapshot"),
     # --- vLLM's memory profile.
@@ -69,6 +72,8 @@ PRECEDENCE: dict[str, tuple[str, ...]] = {
     # SGLang's allocation error detail: the first report of each rank.
     "kv_requested_tokens": ("kv_alloc_detail",),
     "kv_available_tokens": ("kv_alloc_detail",),
+    # Stated by the reporter of a bug (oomdoctor.issue_body): only where no log line says it.
+    "context_length": ("server_args", "reported"),
     # On a vLLM run its own startup check decides, whatever an SGLang line said.
     "startup_kv_error": ("vllm_errors", "sglang_errors"),
     "startup_kv_error_kind": ("vllm_errors", "sglang_errors"),

@@ -1,0 +1,46 @@
+"""A bug report (markdown body or an issue's JSON export) read as a log: the stream transform.
+
+Small inputs whose text is an issue body are replaced by the body's log lines in place (prose
+blanked, oomdoctor.issue_body.log_lines) before scanning, and the facts the reporter states come back
+as events of kind KIND_REPORTED. Anything else streams through unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+
+from oomdoctor import issue_body
+from oomdoctor.evidence import Event, LineRef
+
+KIND_REPORTED = "reported_fact"
+# An issue body to triage is small; larger inputs are logs and stream as they are.
+ISSUE_MAX_BYTES = 4 << 20
+_ISSUE_SUFFIXES = (".md", ".markdown", ".mdown")
+
+
+def issue_chunks(chunks: Iterable[bytes], path: str, display: str, on_issue: Callable[[list[Event]], None]) -> Iterator[bytes]:
+    """Yield the chunks, or, when they hold an issue body, its log lines (and report its stated facts)."""
+    buffered: list[bytes] = []
+    size = 0
+    it = iter(chunks)
+    for chunk in it:
+        buffered.append(chunk)
+        size += len(chunk)
+        if size > ISSUE_MAX_BYTES:
+            yield from buffered
+            yield from it
+            return
+    data = b"".join(buffered)
+    text = data.decode("utf-8", "replace")
+    markdown: str | None = None
+    if issue_body.is_issue_json(text):
+        markdown = issue_body.thread_markdown(json.loads(text))
+    elif path.lower().endswith(_ISSUE_SUFFIXES) or issue_body.looks_like_issue(text):
+        markdown = text
+    if markdown is None:
+        yield from buffered
+        return
+    evidence = issue_body.read(markdown)
+    on_issue([Event(KIND_REPORTED, (LineRef(display, r.line, None, r.text),), {"name": r.name, "value": r.value}) for r in evidence.reported])
+    yield ("\n".join(evidence.log) + "\n").encode("utf-8")
