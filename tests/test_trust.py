@@ -67,7 +67,8 @@ def _runs(out: Path) -> list[Path]:
 
 def test_second_run_into_the_same_folder_leaves_the_first_runs_files_byte_identical(tmp_path: Path, run_cli) -> None:
     out = tmp_path / "oomdoctor-run"
-    crash = _child(tmp_path, "crash.py", f"import sys\nprint({chr(10).join(STARTUP)!r}, flush=True)\nprint({OOM_LINE!r}, file=sys.stderr)\nsys.exit(1)\n")
+    # The recorder pumps stdout and stderr separately: the pause keeps the startup lines before the OOM in server.log.
+    crash = _child(tmp_path, "crash.py", f"import sys, time\nprint({chr(10).join(STARTUP)!r}, flush=True)\ntime.sleep(0.3)\nprint({OOM_LINE!r}, file=sys.stderr)\nsys.exit(1)\n")
     assert _record(crash, out)[0] == 1
     (first,) = _runs(out)
     before = {k: hashlib.sha256(v).hexdigest() for k, v in _tree(first).items()}
