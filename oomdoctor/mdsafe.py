@@ -32,3 +32,12 @@ def escape_markdown_cell(text: object) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def escape_markdown_html(text: object) -> str:
+    """Prose from a log (a summary, a message) with its HTML made literal; Markdown emphasis is left alone.
+
+    Enough to stop ``</details>`` or ``<img>`` from acting, while keeping a sentence readable.
+    """
+    s = _INVISIBLE.sub("", str(text))
+    return "".join(_ENTITIES.get(ch, ch) for ch in s)

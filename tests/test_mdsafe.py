@@ -61,7 +61,6 @@ def test_escaping_loses_no_printable_text(text: str) -> None:
     assert _unescape(cell) == text
 
 
-@pytest.mark.xfail(reason="render/markdown.py's _cell does not call escape_markdown_cell yet (trust issue item 3)", strict=False)
 def test_log_text_in_a_markdown_table_cell_is_escaped(run_cli, tmp_path: Path) -> None:
     """A model path from the log is printed in the Environment table: it must not close <details> or embed an image."""
     log = tmp_path / "inject.log"

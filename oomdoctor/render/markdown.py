@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from oomdoctor.mdsafe import escape_markdown_cell, escape_markdown_html
 from oomdoctor.render.text import fmt, recommendation_head, step_value
 from oomdoctor.units import format_bytes
 
@@ -15,7 +16,7 @@ LIMIT = 60_000
 
 
 def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return escape_markdown_cell(text)
 
 
 def _fence(body: str, lang: str = "text") -> str:
@@ -26,7 +27,7 @@ def _fence(body: str, lang: str = "text") -> str:
 
 def _head(view: dict) -> list[str]:
     v = view["verdict"]
-    out = [f"## oomdoctor: `{v['class']}` (confidence {v['confidence']:.2f})", "", v["summary"], ""]
+    out = [f"## oomdoctor: `{v['class']}` (confidence {v['confidence']:.2f})", "", escape_markdown_html(v["summary"]), ""]
     report = view.get("report", {})
     if report.get("flags"):
         title = "### Run first" if report.get("flags_are_commands") else "### Change (one consistent set)"
@@ -113,7 +114,12 @@ def _details(view: dict) -> list[list[str]]:
     blocks: list[list[str]] = []
     for f in view["findings"]:
         lines = [f"{e['path']}:{e['line']}{' [' + e['rank'] + ']' if e['rank'] else ''}: {e['text']}" for e in f["evidence"]]
-        block = [f"<details><summary>{f['class']} ({f['rule'] or 'no rule'}): {len(lines)} log line(s)</summary>", "", f["message"], ""]
+        block = [
+            f"<details><summary>{escape_markdown_html(f['class'])} ({escape_markdown_html(f['rule'] or 'no rule')}): {len(lines)} log line(s)</summary>",
+            "",
+            escape_markdown_html(f["message"]),
+            "",
+        ]
         if lines:
             block.append(_fence("\n".join(lines)))
         for r in f["recommendations"]:
@@ -129,7 +135,7 @@ def _footer(view: dict) -> list[str]:
     out: list[str] = []
     unchecked = view.get("report", {}).get("unchecked") or []
     if unchecked:
-        out += ["### Not checked", ""] + [f"- {u['what']}: `{_cell(u['command'])}`" for u in unchecked] + [""]
+        out += ["### Not checked", ""] + [f"- {escape_markdown_html(u['what'])}: {_code(u['command'])}" for u in unchecked] + [""]
     inputs = ", ".join(f"`{i['path']}` ({i['lines']} lines{', truncated' if i['truncated'] else ''})" for i in view["inputs"])
     out.append(f"<sub>oomdoctor {view['tool']['version']} · inputs: {inputs}</sub>")
     return out
