@@ -132,7 +132,15 @@ def _load_rules(rules_dirs: tuple[str, ...]) -> list:
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(), help="Extra directory of *.toml rules (repeatable).")
 @click.option("--system", type=click.Choice(["auto", "sglang", "vllm", "torch"]), default="auto", show_default=True, help="Override the serving system detected from the log.")
 @click.option("--no-redact", is_flag=True, help="Keep secrets (API keys, tokens, passwords) in the output; redaction is on by default.")
-def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool) -> None:
+@click.option("--redact-pii", is_flag=True, help="Also replace emails, host names and IP addresses with consistent pseudonyms (<ip-1>, <host-2>) in every output and bundle member.")
+def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool, redact_pii: bool) -> None:
+    from oomdoctor import redact
+
+    with redact.session(pii=redact_pii and not no_redact):
+        _diagnose(paths, fmt, output, bundle, rules_dirs, system, no_redact)
+
+
+def _diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool) -> None:
     from oomdoctor.api import diagnose as run_diagnosis
     from oomdoctor.view import build_view
 
@@ -392,6 +400,95 @@ def run_cmd(out_dir: str, interval_ms: int, no_redact: bool, command: tuple[str,
     from oomdoctor import flight
 
     sys.exit(flight.run(list(command), out_dir, interval_ms, redact=not no_redact))
+
+
+@cli.command(
+    help="Triage an OOM bug report: read an issue (a GitHub event payload with --event, an issue's JSON export, or a "
+    "markdown body; - for stdin) and write the first reply: the class and the flag when the evidence decides it, a request "
+    "for exactly the missing lines when it does not, nothing when there is no OOM evidence or the confidence is below "
+    "--threshold. Exit codes: 0 (a reply or silence), 2 usage error, 5 unreadable input."
+)
+@click.argument("source", required=False)
+@click.option("--event", "event_path", type=click.Path(dir_okay=False), help="A GitHub Actions event payload ($GITHUB_EVENT_PATH): issues opened/edited or issue_comment created.")
+@click.option("--threshold", type=click.FloatRange(0, 1), default=0.7, show_default=True, help="Answer only at or above this confidence; below it, stay silent.")
+@click.option("--label-prefix", default="oom:", show_default=True, help="Prefix of the suggested labels (e.g. oom:startup_kv, oom:needs-log).")
+@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True, help="The reply as markdown (nothing when silent), or JSON with its kind and labels.")
+@click.option("--summary", "summary_path", type=click.Path(dir_okay=False), help="A JSONL export of many issues (one issue object a line): print classes, answerable counts and the evidence most often missing.")
+def triage(source: str | None, event_path: str | None, threshold: float, label_prefix: str, fmt: str, summary_path: str | None) -> None:
+    from oomdoctor import triage as tri
+
+    if summary_path:
+        replies = [_triage_one(issue, threshold, label_prefix) for issue in _issues_from_jsonl(summary_path)]
+        click.echo(escape_controls(tri.summarize(replies)), nl=False)
+        return
+    if (source is None) == (event_path is None):
+        raise UsageError("give exactly one of SOURCE or --event PATH")
+    issue = _read_issue(event_path or source or "-")
+    reply = _triage_one(issue, threshold, label_prefix)
+    if fmt == "json":
+        click.echo(_safe_output("json", tri.reply_json(reply)), nl=False)
+    elif reply.kind != "silent":
+        click.echo(escape_controls(reply.body))
+
+
+def _read_issue(path: str):
+    import json
+
+    from oomdoctor import triage as tri
+
+    try:
+        raw = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()  # noqa: SIM115 - read whole, closed by GC on error paths
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    text = raw.decode("utf-8", "replace")
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            return tri.issue_from_json(json.loads(text))
+        except (ValueError, RecursionError) as exc:
+            raise InputError(f"{path}: {exc}") from None
+    return tri.Issue(title="", markdown=text)
+
+
+def _issues_from_jsonl(path: str) -> list:
+    import json
+
+    from oomdoctor import triage as tri
+
+    issues = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        issues.append(tri.issue_from_json(json.loads(line)))
+                    except (ValueError, RecursionError) as exc:
+                        raise InputError(f"{path}:{n}: {exc}") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return issues
+
+
+def _triage_one(issue, threshold: float, label_prefix: str):
+    import os
+    import tempfile
+
+    from oomdoctor import triage as tri
+    from oomdoctor.api import diagnose as run_diagnosis
+    from oomdoctor.errors import InputError as _InputError
+    from oomdoctor.view import build_view
+
+    with tempfile.TemporaryDirectory(prefix="oomdoctor-triage-") as tmp:
+        path = os.path.join(tmp, "issue.md")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(tri.issue_text(issue))
+        try:
+            result = run_diagnosis([path])
+        except _InputError:
+            return tri.Reply("silent")
+        view = build_view(result, redact=True)
+    from oomdoctor.issue_body import claims_oom
+
+    return tri.decide(view, threshold=threshold, label_prefix=label_prefix, claims_oom=claims_oom(f"{issue.title}\n{issue.markdown}"))
 
 
 @cli.group(help="List, explain and check the rule catalogue.")

@@ -766,6 +766,15 @@ def _no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[Input
     elif facts is not None and facts.get("clean_end"):
         value, factors = 0.9, []
         summary += " The server shut down cleanly."
+    elif facts is not None and (facts.get("retraction_events") or facts.get("preemptions")):
+        # The engine's own lines say what happened: a full KV pool handled by retracting or
+        # preempting requests, which is how it avoids an OOM, not an OOM.
+        value, factors = 0.9, []
+        what = f"{facts.get('retraction_events')} retraction(s)" if facts.get("retraction_events") else f"{facts.get('preemptions')} preemption(s)"
+        summary += (
+            f" The engine logged {what}: it ran out of KV cache slots and deferred requests, which is its normal answer to a full "
+            "KV pool, not an out-of-memory error. More KV (a higher memory fraction, fewer running requests) only reduces how often."
+        )
     # A failure that is not an OOM but that people tune memory flags for: say so.
     if other is not None:
         value, factors = 0.9, []

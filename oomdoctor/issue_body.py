@@ -29,6 +29,16 @@ _LOGLIKE_RE = re.compile(
 )
 
 
+_CLAIM_RE = re.compile(r"(?i)\bout of memory\b|\bOOM\b|OutOfMemory|\bOOMKilled\b|memory (?:error|issue|leak)|not enough memory|显存")
+
+
+def claims_oom(text: str) -> bool:
+    """The reporter says it ran out of memory in their own words (prose or title), not in pasted output."""
+    log = log_lines(text)
+    prose = "\n".join(line for line, kept in zip(text.splitlines(), log, strict=False) if not kept.strip())
+    return bool(_CLAIM_RE.search(prose))
+
+
 def looks_like_issue(text: str) -> bool:
     """A markdown bug report rather than a raw log: fenced blocks or <details>, and prose around them."""
     head = text[:65536]
@@ -133,8 +143,28 @@ def log_lines(text: str) -> list[str]:
         if _LOGLIKE_RE.match(line) and not _is_prose(line):
             out.append(line)  # a bare pasted log line
             continue
-        out.append("")
+        code = _inline_log(line)
+        out.append(code)  # an error quoted in inline code (`RuntimeError: ...`), else nothing
+    if in_fence is not None and any(x.strip() for x in out[-3:]):
+        # The body ends inside a code block: the paste (or its stored copy) was cut.
+        out.append(CUT_MARK)
     return out
+
+
+# Appended after a body that ends inside an open code block; the record parser reads it as a cut mark.
+CUT_MARK = "[... cut: the body ends inside a code block ...]"
+# Inline code that is machine output: an error line quoted in a sentence or a multi-line backtick span.
+_INLINE_RE = re.compile(r"`([^`]{12,})`?")
+_ERRORISH_RE = re.compile(r"(?i)\b[\w.]*(?:Error|Exception)\b:|out of memory|OutOfMemory|Not enough memory|KV cache|Traceback|Killed|SIGKILL")
+
+
+def _inline_log(line: str) -> str:
+    """The inline code of a prose line when it quotes machine output, else an empty line."""
+    spans = [m.group(1) for m in _INLINE_RE.finditer(line)]
+    if not spans and line.lstrip().startswith("`"):
+        spans = [line.lstrip().lstrip("`")]
+    quoted = [s for s in spans if _ERRORISH_RE.search(s) and not s.lstrip().startswith(("python ", "vllm ", "sglang ", "docker ", "--"))]
+    return " ".join(quoted)
 
 
 # --- what the reporter states ----------------------------------------------------------------------
