@@ -14,6 +14,8 @@ from oomdoctor.evidence import Event, LineRef
 # Lines a record may end before the end of the input and still be "where the input stops": the
 # source line under the last frame, a caret line, a blank line or a closing code fence.
 _TAIL_SLACK_LINES = 4
+# Engine lines that announce a failure whose cause (a traceback, an exception line) follows them.
+_FAILURE_HEADERS = frozenset({"vllm_engine_failed", "scheduler_exception"})
 # A fragment is a message quoted with at most this many lines in all (a handful of wrapped lines).
 _FRAGMENT_MAX_LINES = 12
 
@@ -56,6 +58,12 @@ def assess(events: list[Event], records: list[Event], cuts: list[Event], total_l
         else:
             reason = f"the input stops inside a traceback (from line {cut_record.ref.line}) before its exception line"
         return Completeness("incomplete", reason, cut_record.ref, record_open=True)
+    header = next((e for e in reversed(events) if e.kind in _FAILURE_HEADERS), None)
+    if header is not None and not oom_decided and header.ref.line >= total_lines - _TAIL_SLACK_LINES and not any(r.ref.line >= header.ref.line for r in records) and not any(
+        e.ref.line > header.ref.line and e.kind != "context_line" for e in events
+    ):
+        # "EngineCore failed to start." and then nothing: the failure began, its cause is cut off.
+        return Completeness("incomplete", f"the engine reported a failure at line {header.ref.line} and the input stops before its cause", header.ref, record_open=True)
     if cuts and not oom_decided:
         c = cuts[-1]
         return Completeness("incomplete", f"the paste was cut at line {c.ref.line} ('{c.get('text')}')", c.ref)
