@@ -50,11 +50,51 @@ def oomdoctor_cmd() -> list[str]:
     return [exe, "diagnose", "--format", "json"]
 
 
+CHATTY = r"""
+import sys
+line = b"[2026-03-02 10:00:41 TP0] Decode batch. #running-req: 233, #token: 81234, token usage: 0.28, gen throughput (token/s): 4012.55, #queue-req: 0\n"
+out = sys.stdout.buffer
+for _ in range(int(sys.argv[1]) * 1000 * 1000 // len(line)):
+    out.write(line)
+"""
+
+
+def paired(a: list[str], b: list[str], n: int = 7) -> tuple[float, float, float]:
+    """Median wall of ``a`` and ``b`` run alternately (so both see the same machine load), and the median ratio a/b."""
+    ta, tb, ratios = [], [], []
+    for _ in range(n):
+        wa, wb = measure(a)["wall"], measure(b)["wall"]
+        ta.append(wa)
+        tb.append(wb)
+        ratios.append(wa / wb)
+    return statistics.median(ta), statistics.median(tb), statistics.median(ratios)
+
+
+def nvml_sample_cost(samples: int = 2000) -> float:
+    """Seconds per recorder sample (one NVML query per device and its process list) with the fake NVML of tests/."""
+    import time
+
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from oomdoctor.flight import _Sampler
+    from oomdoctor.nvml import Nvml
+
+    import fakes
+
+    nvml = Nvml(fakes.FakeNvml(fakes.load("accounted")))
+    nvml.start()
+    sampler = _Sampler(nvml, 1.0, 100, time.time)
+    t = time.perf_counter()
+    for _ in range(samples):
+        sampler.sample()
+    return (time.perf_counter() - t) / samples
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--out", default=str(HERE / "out"))
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is reported")
+    ap.add_argument("--chatty-mb", type=int, default=200, help="output of the chatty child the flight recorder passes through")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -81,6 +121,21 @@ def main() -> None:
             }
         )
     small = [measure([*oomdoctor_cmd(), str(SMALL)])["wall"] for _ in range(7)]
+    bare = [sys.executable, "-c", "pass"]
+    small_s, pass_s, small_ratio = paired([*oomdoctor_cmd(), str(SMALL)], bare)
+    chatty = out / "chatty_server.py"
+    chatty.write_text(CHATTY)
+    child = [sys.executable, str(chatty), str(args.chatty_mb)]
+    rec = out / "flight"
+    # Pass-through alone (--no-redact), paired; then once with the redaction pass server.log gets after the child exits.
+    wrapped = [oomdoctor_cmd()[0], "run", "--out", str(rec), "--no-redact", "--", *child]
+    run_s, child_s, run_ratio = paired(wrapped, child, n=5)
+    redacted_s = measure([oomdoctor_cmd()[0], "run", "--out", str(rec), "--", *child])["wall"]
+    shutil.rmtree(rec, ignore_errors=True)
+    sample_s = nvml_sample_cost()
+    from oomdoctor.diagnosis import ANCHORS
+    from oomdoctor.scan import scanner_name
+
     imports = subprocess.run(
         [sys.executable, "-c", "import sys, oomdoctor.cli, oomdoctor.diagnosis; print(' '.join(m for m in ('torch', 'pynvml') if m in sys.modules) or 'none')"],
         capture_output=True,
@@ -91,6 +146,11 @@ def main() -> None:
     for r in rows:
         print(f"{r['log']:24} {r['size_mb']:8.0f} {r['seconds']:7.2f} {r['mb_s']:7.0f} {r['rss_mb']:12.1f} {r['grep_s']:10.2f} {r['ratio']:7.1f}")
     print(f"small log ({SMALL.name}): median {statistics.median(small) * 1000:.0f} ms wall over {len(small)} runs")
+    print(f"scanner backend for 1 MiB chunks: {scanner_name(ANCHORS, 1 << 20)} (small logs: {scanner_name(ANCHORS, 4096)})")
+    print(f"small log vs python -c pass (paired, median of 7): {small_s * 1000:.0f} ms / {pass_s * 1000:.0f} ms = {small_ratio:.1f}x")
+    print(f"oomdoctor run --no-redact vs bare child ({args.chatty_mb} MB of output, paired, median of 5): {run_s:.2f} s / {child_s:.2f} s = {run_ratio:.2f}x")
+    print(f"oomdoctor run with the redaction pass after exit: {redacted_s:.2f} s")
+    print(f"one NVML sample (fake NVML, 1 GPU): {sample_s * 1e6:.0f} us")
     print(f"heavy modules imported by the CLI path: {imports}")
     print(f"cpu: {os.cpu_count()} cores visible; oomdoctor runs single-threaded")
     targets = [
@@ -99,6 +159,8 @@ def main() -> None:
         ("peak RSS < 150 MB", all(r["rss_mb"] < 150 for r in rows)),
         ("small log < 250 ms", statistics.median(small) < 0.25),
         ("no torch/pynvml import", imports == "none"),
+        ("small log within 3x of python -c pass", small_ratio <= 3),
+        ("oomdoctor run within 1.15x of the bare child", run_ratio <= 1.15),
     ]
     for name, ok in targets:
         print(f"target {name}: {'met' if ok else 'MISSED'}")

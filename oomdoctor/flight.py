@@ -26,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from oomdoctor import procinfo
 from oomdoctor.collected import manifest_header
@@ -49,6 +49,114 @@ SAMPLES_KIND = "oomdoctor-samples"
 LOCK_NAME = f"{OWN_HIDDEN_PREFIX}-run.lock"
 LATEST = "latest"
 RECORDER_LOG = "recorder.log"
+# Bytes per read of the child's pipes: one syscall and one write per MiB of a chatty server, not per 64 KiB.
+READ_BYTES = 1 << 20
+# server.log keeps the first and the last this many MB (the startup evidence and the failure).
+DEFAULT_KEEP_MB = 64
+
+
+def _open_unbuffered(path: Path, mode: str) -> BinaryIO:
+    """Unbuffered, so that a full disk shows at the write that hit it, not at a later flush."""
+    return cast(BinaryIO, open(path, mode, buffering=0))
+
+
+class BoundedLog:
+    """RUN/server.log bounded to the first ``keep`` bytes and a ring of the last ``keep`` bytes.
+
+    The head is written straight to the log; once it is full, later bytes go to a ring file of
+    ``keep`` bytes beside it, written in a circle. ``close`` appends one marker line saying how much
+    was dropped, then the ring in order (from its first whole line), and removes the ring file. A
+    write that fails (disk full, read-only file system, log removed) stops the recording: the
+    recorder keeps passing the output through and ``on_error`` is called once with the reason.
+    """
+
+    def __init__(self, path: Path, keep: int, on_error: Callable[[str], None], opener: Callable[[Path, str], BinaryIO] | None = None) -> None:
+        opener = opener or _open_unbuffered
+        self.path, self.keep, self.on_error, self._open = path, max(keep, 1), on_error, opener
+        self.head = opener(path, "xb")
+        self.written = 0  # bytes offered, in all
+        self.ring: BinaryIO | None = None
+        self.ring_pos = 0
+        self.ring_full = False
+        self.failed: str | None = None
+
+    def _fail(self, exc: OSError) -> None:
+        if self.failed is None:
+            self.failed = exc.strerror or str(exc)
+            self.on_error(f"oomdoctor: cannot write {self.path} ({self.failed}); the server's output still passes through, the log stops here")
+
+    def write(self, data: bytes) -> None:
+        if self.failed is not None or not data:
+            return
+        try:
+            room = self.keep - self.written
+            if room > 0:
+                part = data[:room]
+                self.head.write(part)
+                self.written += len(part)
+                data = data[len(part) :]
+            if data:
+                self._ring_write(data)
+        except OSError as exc:
+            self._fail(exc)
+
+    def _ring_write(self, data: bytes) -> None:
+        if self.ring is None:
+            self.ring = self._open(self.path.with_name(f"{OWN_HIDDEN_PREFIX}-{self.path.name}.ring"), "w+b")
+        self.written += len(data)
+        if len(data) >= self.keep:
+            data = data[-self.keep :]
+            self.ring.seek(0)
+            self.ring.write(data)
+            self.ring_pos, self.ring_full = 0, True
+            return
+        while data:
+            n = min(len(data), self.keep - self.ring_pos)
+            self.ring.seek(self.ring_pos)
+            self.ring.write(data[:n])
+            data = data[n:]
+            self.ring_pos += n
+            if self.ring_pos == self.keep:
+                self.ring_pos, self.ring_full = 0, True
+
+    def dropped(self) -> int:
+        """Bytes between the head and the ring that the log does not hold."""
+        return max(0, self.written - 2 * self.keep)
+
+    def close(self) -> None:
+        ring, self.ring = self.ring, None
+        try:
+            if ring is not None and self.failed is None:
+                ring.flush()
+                ring.seek(0)
+                if self.ring_full:
+                    tail = ring.read()
+                    tail = tail[self.ring_pos :] + tail[: self.ring_pos]
+                else:
+                    tail = ring.read(self.ring_pos)
+                dropped = self.dropped()
+                if dropped:
+                    nl = tail.find(b"\n")
+                    if 0 <= nl < len(tail) - 1:  # start the kept tail at a whole line
+                        dropped += nl + 1
+                        tail = tail[nl + 1 :]
+                    self.head.write(
+                        f"\n[oomdoctor run: {dropped} bytes ({dropped / 1e6:.1f} MB) of server output dropped here; "
+                        f"server.log keeps the first and the last {self.keep / 1e6:g} MB (--keep-mb)]\n".encode()
+                    )
+                self.head.write(tail)
+        except OSError as exc:
+            self._fail(exc)
+        finally:
+            if ring is not None:
+                with contextlib.suppress(OSError):
+                    ring.close()
+                with contextlib.suppress(OSError):
+                    self.path.with_name(f"{OWN_HIDDEN_PREFIX}-{self.path.name}.ring").unlink()
+            try:
+                self.head.close()
+            except OSError as exc:
+                self._fail(exc)
 
 
 class _Sampler(threading.Thread):
@@ -142,6 +250,8 @@ def run(
     clock: Callable[[], float] = time.time,
     redact: bool = True,
     oom_kills: Callable[[], tuple[int, str] | None] = procinfo.cgroup_oom_kills,
+    keep_mb: float = DEFAULT_KEEP_MB,
+    log_opener: Callable[[Path, str], BinaryIO] | None = None,
 ) -> int:
     """Run ``cmd`` under the recorder in a new run directory under ``out_dir``; return the child's exit code (128+N when killed by signal N)."""
     root = Path(out_dir)
@@ -152,7 +262,7 @@ def run(
         raise OutputError(f"{out_dir}: cannot create the run directory ({exc.strerror or exc})") from None
     lock_fd = lock_run_dir(out)
     try:
-        return _record(cmd, root, out, interval_ms, nvml_module, psutil_module, stdout, stderr, keep_samples, clock, redact, oom_kills)
+        return _record(cmd, root, out, interval_ms, nvml_module, psutil_module, stdout, stderr, keep_samples, clock, redact, oom_kills, int(keep_mb * 1e6), log_opener)
     finally:
         os.close(lock_fd)  # the lock file stays: removing it would race a recorder that opened it
 
@@ -170,12 +280,14 @@ def _record(
     clock: Callable[[], float],
     redact: bool,
     oom_kills: Callable[[], tuple[int, str] | None],
+    keep_bytes: int = DEFAULT_KEEP_MB * 1000 * 1000,
+    log_opener: Callable[[Path, str], BinaryIO] | None = None,
 ) -> int:
     stdout = stdout or sys.stdout.buffer
     stderr = stderr or sys.stderr.buffer
     psutil_module = procinfo.load_psutil(psutil_module)
     nvml = Nvml(nvml_module)
-    log = open(out / "server.log", "xb")  # noqa: SIM115 - closed below, after both pumps finish
+    log = BoundedLog(out / "server.log", keep_bytes, lambda line: _say(stderr, line), log_opener)  # closed below, after both pumps finish
     log_lock = threading.Lock()
     oom_seen = threading.Event()
     snapshot: dict[str, Any] = {}
@@ -202,7 +314,7 @@ def _record(
         tail = b""
         fd = src.fileno()
         while True:
-            chunk = os.read(fd, 65536)
+            chunk = os.read(fd, READ_BYTES)
             if not chunk:
                 break
             dst.write(chunk)
@@ -250,18 +362,28 @@ def _record(
         log.close()
     exit_code = code if code >= 0 else 128 - code
     kills_after = oom_kills()
-    if redact:
-        _redact_in_place(out / "server.log")
-    host_kill = _host_kill_lines(code, kills_before, kills_after)
-    if host_kill:
-        (out / RECORDER_LOG).write_text("".join(f"{line}\n" for line in host_kill))
-    if oom_seen.is_set() or code != 0 or host_kill:
-        if not snapshot:
-            take_snapshot()
-        _write_bundle(out, cmd, started, clock(), code, sampler, nvml, snapshot, oom_seen.is_set(), kills_before, kills_after)
-        _write_report(out, stderr)
-    else:
-        _say(stderr, f"oomdoctor: the server exited cleanly; log at {out / 'server.log'}")
+    try:
+        if redact:
+            try:
+                _redact_in_place(out / "server.log")
+            except OSError:
+                # An unredacted log may hold secrets: it goes rather than stays raw.
+                with contextlib.suppress(OSError):
+                    (out / "server.log").unlink()
+                raise
+        host_kill = _host_kill_lines(code, kills_before, kills_after)
+        if host_kill:
+            (out / RECORDER_LOG).write_text("".join(f"{line}\n" for line in host_kill))
+        if oom_seen.is_set() or code != 0 or host_kill:
+            if not snapshot:
+                take_snapshot()
+            _write_bundle(out, cmd, started, clock(), code, sampler, nvml, snapshot, oom_seen.is_set(), kills_before, kills_after)
+            _write_report(out, stderr)
+        else:
+            _say(stderr, f"oomdoctor: the server exited cleanly; log at {out / 'server.log'}")
+    except OSError as exc:
+        # Disk full or read-only after the server ran: the exit code is still the server's.
+        _say(stderr, f"oomdoctor: cannot write the recording in {out} ({exc.strerror or exc}); the server's exit code is kept")
     if sampler is not None:
         nvml.stop()
     return exit_code

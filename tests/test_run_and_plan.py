@@ -192,3 +192,85 @@ def test_plan_markdown_and_html(run_cli) -> None:
     assert md.startswith("## oomdoctor plan:") and "--mem-fraction-static 0.85" in md
     page = run_cli("plan", "--model", str(OMNI), "--gpu", "H100-80GB", "--context-len", "32768", "--format", "html").out
     assert "Content-Security-Policy" in page and '<pre id="flags">--mem-fraction-static 0.85</pre>' in page and "<script" not in page
+
+
+# --- server.log bounded by --keep-mb; output passes through when the log cannot be written ---------
+
+
+def test_bounded_log_keeps_head_and_tail_with_one_marker(tmp_path: Path) -> None:
+    said: list[str] = []
+    log = flight.BoundedLog(tmp_path / "server.log", 100, said.append)
+    lines = [f"line {i:04d} {'x' * 20}\n".encode() for i in range(200)]  # 31 bytes each
+    for i in range(0, 200, 7):
+        log.write(b"".join(lines[i : i + 7]))  # writes that straddle the head's end and the ring's
+    log.close()
+    text = (tmp_path / "server.log").read_bytes()
+    head, marker, tail = text.split(b"\n", 1)[0], *text.split(b"\n[oomdoctor run: ", 1)
+    assert text.startswith(b"".join(lines)[:100])
+    assert tail.count(b"oomdoctor run:") == 0 and marker.count(b"oomdoctor run:") == 0
+    dropped, rest = tail.split(b" bytes", 1)
+    kept_tail = rest.split(b"]\n", 1)[1]
+    assert b"".join(lines).endswith(kept_tail) and kept_tail.startswith(b"line ") and len(kept_tail) <= 100
+    assert 100 + int(dropped) + len(kept_tail) == len(b"".join(lines))
+    assert not said and not list(tmp_path.glob("*.ring"))
+    assert head.startswith(b"line 0000")
+
+
+def test_bounded_log_under_the_limit_is_the_whole_output(tmp_path: Path) -> None:
+    log = flight.BoundedLog(tmp_path / "server.log", 100, lambda s: None)
+    for chunk in (b"a" * 60, b"b" * 60, b"c" * 50):
+        log.write(chunk)
+    log.close()
+    assert (tmp_path / "server.log").read_bytes() == b"a" * 60 + b"b" * 60 + b"c" * 50  # 170 < 2 x 100: nothing dropped
+
+
+class _FullDisk(io.RawIOBase):
+    """A log file on a full file system: every write raises ENOSPC after the first ``room`` bytes."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:  # type: ignore[override]
+        import errno
+        import os
+
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return len(data)
+
+
+def test_run_passes_output_through_when_the_disk_is_full(tmp_path: Path) -> None:
+    child = "import sys\nfor i in range(2000): print(f'line {i} ' + 'y' * 100)\nsys.stderr.write('done\\n')\n"
+    expected = subprocess.run([sys.executable, "-c", child], capture_output=True)
+    out, err = io.BytesIO(), io.BytesIO()
+    code = flight.run(
+        [sys.executable, "-c", child],
+        str(tmp_path / "rec"),
+        nvml_module=fakes.FakeNvml(fakes.load("idle_reserved")),
+        psutil_module=None,
+        stdout=out,
+        stderr=err,
+        redact=False,
+        log_opener=lambda path, mode: _FullDisk(1000),  # type: ignore[arg-type,return-value]
+    )
+    assert code == 0 and out.getvalue() == expected.stdout
+    said = err.getvalue().decode()
+    assert said.count("No space left on device") == 1 and "still passes through" in said
+    assert said.startswith("done\n") or "done\n" in said
+
+
+def test_run_keep_mb_bounds_the_recorded_log(tmp_path: Path) -> None:
+    child = "for i in range(30000): print(f'{i:06d} ' + 'z' * 93)\n"  # 3 MB
+    out, err = io.BytesIO(), io.BytesIO()
+    code = flight.run(
+        [sys.executable, "-c", child], str(tmp_path / "rec"), nvml_module=fakes.FakeNvml(fakes.load("idle_reserved")), psutil_module=None, stdout=out, stderr=err, keep_mb=0.5
+    )
+    assert code == 0 and len(out.getvalue()) == 3_030_000
+    log = (tmp_path / "rec" / "latest" / "server.log").read_bytes()
+    assert log.startswith(out.getvalue()[:500_000]) and log.endswith(out.getvalue()[-400_000:])
+    assert log.count(b"[oomdoctor run: ") == 1 and b"MB) of server output dropped here" in log
+    assert len(log) < 1_001_000

@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from oomdoctor.patterns import LazyRegex, lazy
+from oomdoctor.patterns import LazyRegex, Needle, lazy
 from oomdoctor.units import UnitError, gib_to_bytes, is_plausible_device_bytes, mib_to_bytes, parse_size_bytes
 
 # A number as the engines print it: optional minus, optional decimals.
@@ -94,7 +94,7 @@ def check_source(source: str) -> None:
         _split(name)
 
 
-def named(needle: str | None, source: str, flags: int = 0) -> LazyRegex:
+def named(needle: Needle, source: str, flags: int = 0) -> LazyRegex:
     """``patterns.lazy`` for a pattern read with ``typed``: its group names are checked now."""
     check_source(source)
     return lazy(needle, source, flags)

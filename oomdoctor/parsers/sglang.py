@@ -12,7 +12,7 @@ from typing import Any
 
 from oomdoctor.evidence import Event, Line
 from oomdoctor.parsers.captures import NUM, named, present, typed
-from oomdoctor.patterns import LazyRegex, lazy
+from oomdoctor.patterns import Dispatch, LazyRegex, lazy
 
 KIND_SERVER_ARGS = "server_args"
 KIND_INIT_DIST_END = "init_dist_end"
@@ -202,7 +202,7 @@ _SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
         ),
         present,
     ),
-    (KIND_HYBRID_NOT_ENOUGH, named(None, r"Not enough GPU memory for hybrid|state cache is too small to serve any requests"), None),
+    (KIND_HYBRID_NOT_ENOUGH, named(("Not enough GPU memory for hybrid", "state cache is too small"), r"Not enough GPU memory for hybrid|state cache is too small to serve any requests"), None),
     (
         KIND_PROFILED_NEGATIVE,
         named('profiled value', r"max_total_tokens=(?P<requested_tokens_n>\d+) is larger than the profiled value (?P<profiled_tokens_n>-?\d+)"),
@@ -233,15 +233,15 @@ _SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     ),
     (
         KIND_KV_ALLOC_DETAIL,
-        named(None, r"^\s*(?:Try to allocate (?P<requested_tokens_n>\d+) tokens|Available (?:full )?tokens: (?P<available_tokens_n>\d+))"),
+        named(("Try to allocate ", "Available "), r"^\s*(?:Try to allocate (?P<requested_tokens_n>\d+) tokens|Available (?:full )?tokens: (?P<available_tokens_n>\d+))"),
         present,
     ),
     (
         KIND_REQ_SLOTS_FAIL,
-        named(None, r"alloc_req_slots runs out of memory(?:.*?available_size\(\)=(?P<available_slots_n>\d+), num_reqs=(?P<requested_slots_n>\d+))?"),
+        named("alloc_req_slots runs out of memory", r"alloc_req_slots runs out of memory(?:.*?available_size\(\)=(?P<available_slots_n>\d+), num_reqs=(?P<requested_slots_n>\d+))?"),
         present,
     ),
-    (KIND_REQ_SLOTS_FAIL, named(None, r"No space left for only one request"), None),
+    (KIND_REQ_SLOTS_FAIL, named("No space left for only one request", r"No space left for only one request"), None),
     (
         KIND_SCHED_EXC,
         named('hit an exception', r"(?P<who_str>Scheduler|DataParallelController|TpModelWorkerClient|DetokenizerManager) hit an exception"),
@@ -264,7 +264,7 @@ _SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     ),
     (
         KIND_OMNI_ENCODER_FAIL,
-        named(None,
+        named(("compute_fn failed for ", "Worker: request ", "OmniEngine "),
             r"SimpleScheduler: compute_fn failed for (?P<request_id_str>\S+)|Worker: request (?P<worker_request_id_str>\S+) failed"
             r"|OmniEngine (?:overlap )?step failed"
         ),
@@ -275,7 +275,7 @@ _SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     # The fixed "Possible solutions:" block after a capture failure; it names this version's flags.
     (
         KIND_CAPTURE_ADVICE,
-        named(None,
+        named(("Possible solutions:", ". set --", ". disable ", "Open an issue on GitHub", "This is not an out-of-memory error"),
             # decode_flag_flag: the output key decode_flag, a _flag (whether "-decode" was printed).
             r"(?:Possible solutions:|^\s*\d\. (?:set --mem-fraction-static|set --cuda-graph-max-bs(?P<decode_flag_flag>-decode)?"
             r"|disable (?:decode )?(?:cuda|CUDA) graph|disable torch compile|set --piecewise)"
@@ -284,6 +284,9 @@ _SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
         None,
     ),
 )
+
+# The table as rows the dispatch hands out: only the rows whose needle is in a line are tried.
+_SIMPLE_DISPATCH: Dispatch[tuple[str, _Shape | None]] = Dispatch(tuple((pattern, (kind, shape)) for kind, pattern, shape in _SIMPLE))
 
 _UNBALANCED_RE = lazy("memory capacity is unbalanced", r"The memory capacity is unbalanced")
 _UNBALANCED_NUMS_RE = named("min_per_gpu_memory=", rf"min_per_gpu_memory=(?P<min_free_gib>{_F})(?: ?GB)?, local_gpu_memory=(?P<local_free_gib>{_F})")
@@ -382,7 +385,7 @@ class SGLangParser:
             out.append(Event(KIND_UNBALANCED, (line.ref,), typed(nums) if nums else {}))
             return out
 
-        for kind, pattern, shape in _SIMPLE:
+        for pattern, (kind, shape) in _SIMPLE_DISPATCH.candidates(msg):
             m = pattern.search(msg)
             if m is None:
                 continue

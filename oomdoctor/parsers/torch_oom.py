@@ -13,7 +13,7 @@ from collections import deque
 from oomdoctor import phase as phase_tables
 from oomdoctor.evidence import Event, Line, LineRef, ProcessUsage
 from oomdoctor.parsers.captures import named, typed
-from oomdoctor.patterns import LazyRegex, lazy
+from oomdoctor.patterns import Dispatch, LazyRegex, lazy
 
 KIND_OOM = "torch_oom"
 KIND_DRIVER_OOM = "driver_oom"
@@ -91,7 +91,7 @@ _WRAPPERS: tuple[tuple[str, LazyRegex], ...] = (
 _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     ("cuda_runtime", lazy("CUDA error", r"CUDA error: out of memory")),
     ("cublas", lazy("CUBLAS_STATUS", r"CUBLAS_STATUS_ALLOC_FAILED|CUBLAS_STATUS_NOT_INITIALIZED")),
-    ("nccl", lazy(None, r"Cuda failure '?out of memory'?|Failed to CUDA calloc")),
+    ("nccl", lazy(("Cuda failure", "Failed to CUDA calloc"), r"Cuda failure '?out of memory'?|Failed to CUDA calloc")),
     ("cumem_allocator", lazy("CUDA Error", r"CUDA Error: out of memory at")),
     ("hip", lazy("hipErrorOutOfMemory", r"hipErrorOutOfMemory")),
     ("cusolver", lazy(None, r"cusolver_status_alloc_failed", re.I)),
@@ -107,13 +107,16 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
 _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     ("cpu_allocator", "strong", lazy("DefaultCPUAllocator", r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (\d+) bytes)?")),
     ("kernel_oom_killer", "strong", lazy("Killed process", r"Out of memory: Killed process (\d+) \(([^)]*)\)")),
-    ("cgroup", "strong", lazy(None, r"Memory cgroup out of memory|oom-kill:|OOMKilled")),
+    ("cgroup", "strong", lazy(("Memory cgroup out of memory", "oom-kill:", "OOMKilled"), r"Memory cgroup out of memory|oom-kill:|OOMKilled")),
     # ENOMEM from the host: mmap of a checkpoint, fork of a loader worker.
     ("enomem", "strong", lazy("Cannot allocate memory", r"\[Errno 12\] Cannot allocate memory|Cannot allocate memory \(12\)|unable to mmap \d+ bytes.*Cannot allocate memory")),
     # Ray's memory monitor kills workers before the kernel does.
     ("ray_memory_monitor", "strong", lazy("memory pressure", r"killed due to memory pressure \(OOM\)|Task was killed due to the node running low on memory")),
-    ("sigkill", "weak", lazy(None, r"(?:^|[\s\]|])Killed\s*$|\b\d+ Killed\s|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|exit code:?\s*-9\b|signal 9\b|SIGKILL")),
+    ("sigkill", "weak", lazy(("Killed", "137", "-9", "signal 9", "SIGKILL"), r"(?:^|[\s\]|])Killed\s*$|\b\d+ Killed\s|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|exit code:?\s*-9\b|signal 9\b|SIGKILL")),
 )
+# The tables as rows the dispatch hands out: only the rows whose needle is in a line are tried.
+_DRIVER_DISPATCH: Dispatch[str] = Dispatch(tuple((pattern, source) for source, pattern in _DRIVER_PATTERNS))
+_HOST_DISPATCH: Dispatch[tuple[str, str]] = Dispatch(tuple((pattern, (source, strength)) for source, strength, pattern in _HOST_PATTERNS))
 
 _TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
 _METHOD_RE = lazy("processing method", r"while processing method (\w+)")
@@ -286,7 +289,7 @@ class TorchParser:
                 out.extend(self._emit_pending())
             return out
 
-        for source, pattern in _DRIVER_PATTERNS:
+        for pattern, source in _DRIVER_DISPATCH.candidates(msg):
             if pattern.search(msg):
                 frames = tuple(self._frames_of(line.ref.rank))
                 stage, phase = classify_frames(frames)
@@ -295,7 +298,7 @@ class TorchParser:
                     driver["phase"] = phase
                 out.append(Event(KIND_DRIVER_OOM, (line.ref,), driver))
                 return out
-        for source, strength, pattern in _HOST_PATTERNS:
+        for pattern, (source, strength) in _HOST_DISPATCH.candidates(msg):
             hm = pattern.search(msg)
             if hm:
                 values: dict[str, object] = {"source": source, "strength": strength}

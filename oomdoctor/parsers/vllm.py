@@ -14,7 +14,7 @@ from typing import Any
 
 from oomdoctor.evidence import Event, Line
 from oomdoctor.parsers.captures import COUNT, NUM, named, present, typed
-from oomdoctor.patterns import LazyRegex, lazy
+from oomdoctor.patterns import Dispatch, LazyRegex, lazy
 from oomdoctor.units import gib_to_bytes
 
 KIND_ARGS = "vllm_args"
@@ -208,7 +208,7 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     (KIND_GRAPH_ESTIMATE, named('Estimated CUDA graph memory', rf"Estimated CUDA graph memory: (?P<graph_gib>{_F}) GiB total"), None),
     (
         KIND_GRAPH_BEGIN,
-        named(None, r"Capturing the model for CUDA graphs|CUDA graphs can take additional|Capturing CUDA graphs? (?:shapes|\()|Capturing cudagraphs?|Profiling CUDA graph memory"),
+        named(("Capturing ", "CUDA graphs can take additional", "Profiling CUDA graph memory"), r"Capturing the model for CUDA graphs|CUDA graphs can take additional|Capturing CUDA graphs? (?:shapes|\()|Capturing cudagraphs?|Profiling CUDA graph memory"),
         None,
     ),
     (
@@ -222,7 +222,7 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     (KIND_NO_CACHE_BLOCKS, named('No available memory for the cache blocks', r"No available memory for the cache blocks"), None),
     (
         KIND_ONE_REQUEST,
-        named(None,
+        named(("To serve at least one request", "The model's max seq len", "estimated maximum model length is "),
             # 2024-2025 wrote "(16.00 GiB KV cache is needed"; 2026 dropped the parenthesis.
             rf"To serve at least one request with the models?'s max seq len \((?P<max_model_len_n>{_N})\),\s*\(?(?P<needed_gib>{_F}) GiB KV cache is needed, "
             rf"which is larger than the available KV cache memory \((?P<available_gib>{_F}) GiB\)\."
@@ -243,11 +243,13 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     ),
     (
         KIND_ENGINE_FAILED,
-        named(None, r"EngineCore failed to start|WorkerProc hit an exception|Engine core initialization failed|died unexpectedly|EngineDeadError|EngineCore encountered a fatal error"),
+        named(
+            ("EngineCore failed to start", "WorkerProc hit an exception", "Engine core initialization failed", "died unexpectedly", "EngineDeadError", "EngineCore encountered a fatal error"),
+            r"EngineCore failed to start|WorkerProc hit an exception|Engine core initialization failed|died unexpectedly|EngineDeadError|EngineCore encountered a fatal error"),
         None,
     ),
-    (KIND_MM_PROFILE, named(None, r"Starting profile run for multi-modal models|Encoder cache will be initialized"), None),
-    (KIND_READY, named(None, r"Application startup complete|Starting vLLM API server"), None),
+    (KIND_MM_PROFILE, named(("Starting profile run for multi-modal models", "Encoder cache will be initialized"), r"Starting profile run for multi-modal models|Encoder cache will be initialized"), None),
+    (KIND_READY, named(("Application startup complete", "Starting vLLM API server"), r"Application startup complete|Starting vLLM API server"), None),
     (KIND_CHUNKED, named('Chunked prefill is enabled', r"Chunked prefill is enabled with max_num_batched_tokens=(?P<max_num_batched_tokens_n>\d+)"), None),
     (KIND_LOAD_START, named('Starting to load model', r"Starting to load model \S+"), None),
 )
@@ -303,6 +305,9 @@ def _config_values(text: str, pattern: LazyRegex) -> dict[str, Any]:
     return values
 
 
+# The table as rows the dispatch hands out: only the rows whose needle is in a line are tried.
+_DISPATCH: Dispatch[tuple[str, _Shape | None]] = Dispatch(tuple((pattern, (kind, shape)) for kind, pattern, shape in _PATTERNS))
+
 # Error messages long enough to be hard-wrapped by a terminal ("... (4.26 GiB KV cach" / "e is needed");
 # a line that starts one but does not match whole is joined with the next lines before giving up.
 _WRAPPABLE = lazy(None, r"To serve at least one request|Free memory on device|The model's max seq len|No available memory for the cache")
@@ -316,7 +321,7 @@ class VLLMParser:
         self._pending: tuple[list, str] | None = None
 
     def _match(self, msg: str, refs: tuple) -> list[Event]:
-        for kind, pattern, shape in _PATTERNS:
+        for pattern, (kind, shape) in _DISPATCH.candidates(msg):
             m = pattern.search(msg)
             if m is None:
                 continue
