@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tomllib
 from collections import Counter, defaultdict
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

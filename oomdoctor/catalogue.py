@@ -8,10 +8,11 @@ the command that would provide it.
 from __future__ import annotations
 
 import difflib
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+
+from oomdoctor._toml import tomllib
 
 TYPES = ("bool", "bytes", "fraction", "count", "tokens", "int", "number", "str", "list", "object")
 

@@ -126,7 +126,7 @@ def _load_rules(rules_dirs: tuple[str, ...]) -> list:
 
 @cli.command(help=f"Diagnose server logs (files, .gz/.bz2/.xz, directories, or - for stdin).\n\n{EXIT_CODES_HELP}")
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text", show_default=True, help="Output format.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html", "prometheus"]), default="text", show_default=True, help="Output format (prometheus: samples for node_exporter's textfile collector).")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Write the report to this file instead of stdout.")
 @click.option("--bundle", "bundle", type=click.Path(dir_okay=False), help="Also write a zip: report.html, summary.md, diagnosis.json and the redacted inputs.")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(), help="Extra directory of *.toml rules (repeatable).")
@@ -176,10 +176,10 @@ def _diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str 
 def _latest_run(path: str) -> str:
     """An `oomdoctor run --out` directory stands for its newest run (OUT/latest), said on stderr."""
     from oomdoctor.collected import is_bundle_dir
-    from oomdoctor.flight import LATEST
 
     if path == "-" or not os.path.isdir(path) or is_bundle_dir(path):
         return path
+    from oomdoctor.flight import LATEST  # only for a directory: keeps the recorder off a plain log's start
     link = os.path.join(path, LATEST)
     if not os.path.islink(link):
         return path
@@ -227,6 +227,10 @@ def _render(fmt: str, view: dict, docs: dict, redacted: bool) -> str:
         from oomdoctor.render import html
 
         return html.render(view, docs, redacted)
+    if fmt == "prometheus":
+        from oomdoctor.render import prometheus
+
+        return prometheus.render(view)
     from oomdoctor.render import text
 
     return text.render(view)
@@ -395,11 +399,18 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
 @click.option("--out", "out_dir", default="oomdoctor-run", show_default=True, type=click.Path(file_okay=False))
 @click.option("--interval", "interval_ms", default=500, show_default=True, type=click.IntRange(10, 60000), help="Sampling interval in ms.")
 @click.option("--no-redact", is_flag=True, help="Keep the raw server.log (secrets included); by default it is redacted when the server exits.")
+@click.option(
+    "--keep-mb",
+    default=64,
+    show_default=True,
+    type=click.FloatRange(min=0.001),
+    help="server.log keeps the first N MB (the startup evidence) and the last N MB, with one line saying how much was dropped between.",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run_cmd(out_dir: str, interval_ms: int, no_redact: bool, command: tuple[str, ...]) -> None:
+def run_cmd(out_dir: str, interval_ms: int, no_redact: bool, keep_mb: float, command: tuple[str, ...]) -> None:
     from oomdoctor import flight
 
-    sys.exit(flight.run(list(command), out_dir, interval_ms, redact=not no_redact))
+    sys.exit(flight.run(list(command), out_dir, interval_ms, redact=not no_redact, keep_mb=keep_mb))
 
 
 @cli.command(

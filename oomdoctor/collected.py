@@ -80,14 +80,18 @@ def evidence_files(path: str) -> list[str]:
     return out
 
 
+# A saved DCGM exporter /metrics scrape (Prometheus text format): oomdoctor.monitoring reads it.
+MONITORING_SUFFIXES = (".prom", ".metrics")
+
+
 def is_evidence_file(path: str) -> bool:
-    return path.endswith((*SNAPSHOT_SUFFIXES, ".json", ".csv", ".xml"))
+    return path.endswith((*SNAPSHOT_SUFFIXES, ".json", ".csv", ".xml", *MONITORING_SUFFIXES))
 
 
 def load(path: str) -> dict[str, Any]:
     """One evidence file to {'kind': ..., ...}; InputError when it is none of the known kinds."""
     # Imported here: most diagnoses read logs only, and these pull in csv, xml, pickle and psutil.
-    from oomdoctor import allocator, smi
+    from oomdoctor import allocator, monitoring, smi
 
     if path.endswith(SNAPSHOT_SUFFIXES):
         return {"kind": "snapshot", "path": path, **allocator.snapshot_facts(allocator.load_snapshot(path), path)}
@@ -95,6 +99,8 @@ def load(path: str) -> dict[str, Any]:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if path.endswith(MONITORING_SUFFIXES) or (not path.endswith((".json", ".csv", ".xml")) and monitoring.looks_like_dcgm(text[:65536].encode("utf-8", "replace"))):
+        return monitoring.parse_scrape(text, path)
     if path.endswith(".xml"):
         try:
             gpus = smi.parse_smi_xml(text)
@@ -113,6 +119,8 @@ def load(path: str) -> dict[str, Any]:
             return {"kind": "apps", "path": path, "apps": apps}
         raise InputError(f"{path}: not an nvidia-smi --query-gpu or --query-compute-apps CSV")
     data = read_json(text, path)
+    if monitoring.is_query_range(data):
+        return monitoring.parse_query_range(data, path)
     if isinstance(data, dict) and data.get("kind") == "oomdoctor-samples":
         return {"kind": "samples", "path": path, "samples": data.get("samples") or [], "unavailable": data.get("unavailable")}
     if isinstance(data, dict) and data.get("kind") == BUNDLE_KIND:

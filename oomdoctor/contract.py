@@ -16,7 +16,7 @@ from oomdoctor.facts import Facts
 SCHEMA_VERSION = 1
 # What a finding may add beyond the fixed keys: the processes of a foreign_process finding, and the
 # missing / would_decide lists of unknown_oom and hypothesis findings.
-EXTRA_KEYS = frozenset({"processes", "missing", "would_decide", "hypothesis"})
+EXTRA_KEYS = frozenset({"processes", "missing", "would_decide", "hypothesis", "pods"})
 
 
 def _jsonable(value: Any) -> Any:
@@ -50,6 +50,9 @@ def finding_json(f: Finding, facts: Facts | None = None) -> dict[str, Any]:
         "recommendations": [r.to_json() for r in recommendations],
         "confidence_factors": [x.to_json() for x in f.factors],
     }
+    if facts is not None and f.klass == "foreign_process" and facts.get("_monitoring_pods"):
+        # The other pods DCGM labels on the server's GPU (inside a container nvidia-smi cannot list them).
+        extra["pods"] = list(facts.get("_monitoring_pods"))
     unknown = set(extra) - EXTRA_KEYS
     if unknown:
         raise ValueError(f"finding {f.rule_id}: extra keys outside the contract: {sorted(unknown)}")
@@ -60,6 +63,7 @@ def finding_json(f: Finding, facts: Facts | None = None) -> dict[str, Any]:
 def to_dict(d: Diagnosis) -> dict[str, Any]:
     incidents = [
         {
+            **({"server": i.facts.get("server")} if i.facts.get("server") else {}),
             "run": i.run,
             "first_line": i.facts.first_line.line if i.facts.first_line else None,
             "path": i.facts.first_line.path if i.facts.first_line else None,
@@ -71,6 +75,7 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
     ]
     return _jsonable(
         {
+            **_across(d),
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "oomdoctor", "version": d.tool_version},
             "verdict": {
@@ -83,6 +88,7 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
                 "inconclusive": d.inconclusive,
                 "phase": {"name": d.phase.name, "source": d.phase.source},
                 "confidence_factors": [f.to_json() for f in d.confidence_factors],
+                **verdict_extra(d),
             },
             "findings": [finding_json(f, d.facts) for f in d.findings],
             "budget": d.budget,
@@ -106,3 +112,25 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
     )
 
 
+
+
+def _across(d: Diagnosis) -> dict[str, Any]:
+    """Additive keys, present only when there is something to say: nodes, consequences, monitoring."""
+    f = d.facts
+    if f is None:
+        return {}
+    out: dict[str, Any] = {}
+    if f.get("_nodes"):
+        out["nodes"] = f.get("_nodes")
+        out["consequences"] = f.get("_consequences") or []
+    if f.get("_monitoring_gpus"):
+        out["monitoring"] = {"gpus": f.get("_monitoring_gpus"), "foreign_pods": list(f.get("monitoring_foreign_pods") or ())}
+    return out
+
+
+def verdict_extra(d: Diagnosis) -> dict[str, Any]:
+    """The verdict's node keys (only across nodes): the node, role and rank that failed first."""
+    f = d.facts
+    if f is None or not f.get("_nodes"):
+        return {}
+    return {"node": f.get("failing_node"), "node_role": f.get("failing_node_role"), "node_rank_tag": f.get("failing_rank")}

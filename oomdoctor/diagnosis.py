@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from oomdoctor import __version__, advice, budget, collected, confidence, issue_body
+from oomdoctor import __version__, advice, budget, collected, confidence, issue_body, monitoring
+from oomdoctor import nodes as nodes_mod
 from oomdoctor import phase as phase_step
 from oomdoctor.completeness import Completeness
 from oomdoctor.confidence import Factor
@@ -21,13 +22,14 @@ from oomdoctor.errors import InputError
 from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.facts import Facts, build_facts
 from oomdoctor.gpus import smallest_card_holding
-from oomdoctor.inputs import InputStats, expand_paths, iter_line_chunks, unread_input
+from oomdoctor.inputs import MONITORING_SUFFIXES, InputStats, expand_paths, is_monitoring_json, iter_line_chunks, release_stdin_spool, spool_stdin, unread_input
 from oomdoctor.issue_input import issue_chunks
 from oomdoctor.ordering import oldest_first
 from oomdoctor.parsers import records as rc
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
+from oomdoctor.prefixes import split_prefix
 from oomdoctor.readings import Readings
 from oomdoctor.readings import read as read_readings
 from oomdoctor.rule_engine import Rule, evaluate
@@ -510,25 +512,40 @@ def _split_evidence(paths: list[str]) -> tuple[list[str], list[str]]:
 
 def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> Diagnosis:
     """Read every input, find the incidents, and return the diagnosis; InputError if nothing was readable."""
-    log_paths, evidence_paths = _split_evidence(paths)
+    if "-" in paths:
+        # Standard input is read twice (events, then the node timeline): spooled to a temporary file.
+        spool_stdin()
+    try:
+        return _diagnose(paths, rules, system)
+    finally:
+        release_stdin_spool()
+
+
+def _diagnose(paths: list[str], rules: list[Rule], system: str | None) -> Diagnosis:
+    log_paths, evidence_paths = _split_evidence([p for p in paths if not _is_monitoring_text(p)])
+    evidence_paths.extend(p for p in paths if _is_monitoring_text(p))
     gathered: list[dict[str, Any]] = []
     # Inputs nothing was read from: each is listed under its own path with its reason (kind missing
     # or unreadable, lines 0), after the inputs that were read.
     unread: list[InputStats] = []
+    if not log_paths:
+        found: list[str] = []
+    else:
+        found, missing = expand_paths(log_paths)
+        unread.extend(missing)
+        # Monitoring evidence found in a directory (a DCGM scrape, a query_range export) is not a log.
+        evidence_paths.extend(p for p in found if p != "-" and (p.lower().endswith(MONITORING_SUFFIXES) or is_monitoring_json(p)))
+        found = [p for p in found if p not in evidence_paths]
     for path in evidence_paths:
         try:
             gathered.append(collected.load(path))
         except InputError as exc:
             unread.append(unread_input(path, str(exc)))
-    if not log_paths:
-        if not gathered:
-            raise InputError(unread[0].problem if unread else "no input")
-        found: list[str] = []
-    else:
-        found, missing = expand_paths(log_paths)
-        unread.extend(missing)
+    if not found and not gathered:
+        raise InputError(unread[0].problem if unread else "no input")
     stats_list: list[InputStats] = []
     per_input: list[list[Event]] = []
+    read_paths: list[str] = []
     for path in found:
         stats = InputStats(path="<stdin>" if path == "-" else path)
         try:
@@ -537,12 +554,12 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
             unread.append(unread_input(stats.path, str(exc)))
             continue
         stats_list.append(stats)
+        read_paths.append(path)
     for item in gathered:
         stats_list.append(InputStats(path=item["path"], kind=item["kind"]))
     if not stats_list:
         raise InputError(unread[0].problem if unread else "no input")
     stats_list.extend(unread)
-    runs = split_runs(per_input)
     hints: dict[str, int] = {}
     for s in stats_list:
         for name, count in s.system_hints.items():
@@ -550,22 +567,45 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
     # When no event names the system (an OOM traceback alone), the line prefixes' style decides.
     hint = max(sorted(hints), key=lambda k: hints[k]) if hints else None
     line_counts = {s.path: s.lines for s in stats_list}
-    history = _IncidentHistory()
-    for i, run in enumerate(runs):
-        facts = build_facts(run, system=system, hint=hint, collected=gathered if i == len(runs) - 1 else (), line_counts=line_counts)
-        if facts is not None:
-            history.add(evaluate_incident(facts, rules), repeats=run.repeats)
-    incidents = history.incidents()
-    if incidents:
-        last = incidents[-1]
+    across = _across_nodes(read_paths, stats_list[: len(read_paths)], per_input, log_paths)
+    groups = across.groups if across is not None else [per_input]
+    histories: list[tuple[_IncidentHistory, list[Any]]] = []
+    for g, streams in enumerate(groups):
+        runs = split_runs(streams)
+        history = _IncidentHistory()
+        for i, run in enumerate(runs):
+            facts = build_facts(run, system=system, hint=hint, collected=gathered if i == len(runs) - 1 else (), line_counts=line_counts)
+            if facts is not None:
+                if i == len(runs) - 1:
+                    _monitoring_facts(facts, gathered, across, read_paths)
+                if across is not None and len(groups) > 1:
+                    facts.set("server", across.labels[g])
+                history.add(evaluate_incident(facts, rules), repeats=run.repeats)
+        histories.append((history, runs))
+    chosen = _verdict_group(histories, across)
+    history, runs = histories[chosen]
+    incidents = [i for h, _ in histories if h is not history for i in h.incidents()] + history.incidents()
+    if history.incidents():
+        last = history.incidents()[-1]
         primary = last.primary
+        node_text = _nodes_facts(last.facts, _timeline_of(across, chosen), primary.klass)
+        pods_text = _monitoring_text(last.facts)
         summary = primary.message + history.earlier_text() + _reported_text(last.facts)
+        summary += node_text + _other_servers_text(histories, history, across) + pods_text
+        # The findings say it too (every report shows them): the first failing node on the verdict's
+        # finding, the other pods on the foreign-process finding.
+        findings = [
+            replace(f, message=f.message + (node_text if f is primary else "") + (pods_text if f.klass == "foreign_process" else ""))
+            if (f is primary and node_text) or (f.klass == "foreign_process" and pods_text)
+            else f
+            for f in last.findings
+        ]
         return Diagnosis(
             verdict_class=primary.klass,
             verdict_confidence=primary.confidence,
             verdict_rule=primary.rule_id,
             summary=summary,
-            findings=last.findings,
+            findings=findings,
             incidents=incidents,
             budget=_budget_view(last.facts),
             not_evaluated=last.not_evaluated,
@@ -576,8 +616,216 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> 
             confidence_factors=primary.factors,
             readings=read_readings(last.facts.events),
         )
+    all_runs = [r for _, rs in histories for r in rs]
     last_facts = build_facts(runs[-1], force=True, system=system, hint=hint, collected=gathered, line_counts=line_counts) if runs else None
-    return _no_oom_verdict(runs, last_facts, stats_list)
+    if last_facts is not None:
+        _nodes_facts(last_facts, _timeline_of(across, chosen), "none")
+    return _no_oom_verdict(all_runs, last_facts, stats_list)
+
+
+def _is_monitoring_text(path: str) -> bool:
+    """A DCGM exporter scrape given by path, whatever its name (`curl .../metrics > metrics.txt`)."""
+    if path == "-" or not os.path.isfile(path) or path.lower().endswith((".json", ".csv", ".xml", ".gz", ".bz2", ".xz")):
+        return False
+    if path.lower().endswith(MONITORING_SUFFIXES):
+        return True
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64 << 10)
+    except OSError:
+        return False
+    return head.lstrip().startswith((b"# HELP DCGM_", b"# TYPE DCGM_", b"DCGM_FI_")) and monitoring.looks_like_dcgm(head)
+
+
+@dataclass
+class _Across:
+    """The inputs seen as nodes: the timeline, and the event streams grouped by server."""
+
+    timeline: nodes_mod.Timeline
+    groups: list[list[list[Event]]]
+    labels: list[str]
+    group_nodes: list[set[str]]
+    linked: bool  # the servers are parts of one deployment (one model; prefill and decode)
+
+
+def _event_node(event: Event, file_node: str) -> str:
+    node = split_prefix(event.ref.text).node if event.ref.text else None
+    return node or file_node
+
+
+def _across_nodes(paths: list[str], stats: list[InputStats], per_input: list[list[Event]], roots: list[str]) -> _Across | None:
+    """Nodes, roles and the cross-node timeline; None for one input from one node (nothing to do)."""
+    multiplexed = [any(split_prefix(e.ref.text).node for e in events[:4000] if e.ref.text) for events in per_input]
+    if len(per_input) < 2 and not any(multiplexed):
+        return None
+    displays = [s.path for s in stats]
+    readable = [s.kind != "issue" for s in stats]
+    scans, file_nodes = nodes_mod.identify([p if ok else os.devnull for p, ok in zip(paths, readable, strict=True)], displays, [r for r in roots if r != "-"])
+    # Streams: each input, split by the node its lines' prefixes name.
+    streams: list[tuple[int, str, list[Event]]] = []
+    stream_nodes: list[set[str]] = []
+    for i, events in enumerate(per_input):
+        by_node: dict[str, list[Event]] = {}
+        for e in events:
+            by_node.setdefault(_event_node(e, file_nodes[i][0]), []).append(e)
+        stream_nodes.append(set(by_node) | set(scans[i].prefix_nodes))
+        streams.extend((i, n, evs) for n, evs in by_node.items())
+    infos, names = nodes_mod.build_nodes(displays, scans, file_nodes, stream_nodes)
+    observations: list[nodes_mod.Observation] = []
+    order = 0
+    for i, raw, events in streams:
+        node = names[(i, raw)]
+        last_ts: str | None = None
+        for e in events:
+            last_ts = e.ref.ts or last_ts
+            if is_oom_event(e):
+                observations.append(nodes_mod.Observation(node, "oom", e.ref, e.ref.ts or last_ts, e.ref.rank, order))
+                order += 1
+                break
+    for i, scan in enumerate(scans):
+        for seen_node, kind, line, ts in scan.consequences:
+            raw_node = seen_node or file_nodes[i][0]
+            node = names.get((i, raw_node), raw_node)
+            observations.append(nodes_mod.Observation(node, kind, line.ref, ts, line.ref.rank, order))
+            order += 1
+    tl = nodes_mod.timeline(infos, observations)
+    # Servers: streams whose nodes print the same arguments (less what differs between nodes) are one server.
+    identities = {infos[names[(i, raw)]].identity for i, raw, _ in streams} - {None}
+    keys: list[str | None] = []
+    for i, raw, _ in streams:
+        info = infos[names[(i, raw)]]
+        keys.append(info.identity if len(identities) > 1 else None)
+    order_keys = list(dict.fromkeys(keys))
+    cause_node = tl.cause.node if tl.cause is not None else None
+    groups: list[list[list[Event]]] = []
+    labels: list[str] = []
+    group_nodes: list[set[str]] = []
+    for key in order_keys:
+        members = [(i, raw, evs) for (i, raw, evs), k in zip(streams, keys, strict=True) if k == key]
+        # The node that failed first leads its server's streams: its OOM is the incident's first.
+        members.sort(key=lambda m: names[(m[0], m[1])] != cause_node)
+        groups.append([evs for _, _, evs in members])
+        member_nodes = {names[(i, raw)] for i, raw, _ in members}
+        group_nodes.append(member_nodes)
+        labels.append(_server_label([infos[n] for n in sorted(member_nodes)]))
+    models = {infos[n].model for n in infos if infos[n].model}
+    roles = {infos[n].role for n in infos}
+    linked = len(models) <= 1 or {"prefill", "decode"} <= roles
+    return _Across(timeline=tl, groups=groups, labels=labels, group_nodes=group_nodes, linked=linked)
+
+
+def _server_label(members: list[nodes_mod.NodeInfo]) -> str:
+    roles = sorted({m.role for m in members if m.role in ("prefill", "decode")})
+    model = next((m.model for m in members if m.model), None)
+    parts = [f"{'/'.join(roles)} server" if roles else "server"]
+    if model:
+        parts.append(f"of {model}")
+    parts.append("on " + ", ".join(m.node for m in members[:4]) + (f" (+{len(members) - 4})" if len(members) > 4 else ""))
+    return " ".join(parts)
+
+
+def _verdict_group(histories: list[tuple[_IncidentHistory, list[Any]]], across: _Across | None) -> int:
+    """The server whose incident is the verdict: the one that failed first (one deployment), else the last to fail."""
+    with_incidents = [g for g, (h, _) in enumerate(histories) if h.incidents()]
+    if not with_incidents:
+        return len(histories) - 1
+    if across is None or len(histories) == 1:
+        return with_incidents[-1]
+    cause = across.timeline.cause
+    if across.linked and cause is not None:
+        for g in with_incidents:
+            if cause.node in across.group_nodes[g]:
+                return g
+    ordered = [o for o in across.timeline.observations if o.primary]
+    for o in reversed(ordered):
+        for g in with_incidents:
+            if o.node in across.group_nodes[g]:
+                return g
+    return with_incidents[-1]
+
+
+def _timeline_of(across: _Across | None, group: int) -> nodes_mod.Timeline | None:
+    """The timeline the verdict speaks of: all nodes of one deployment, or the verdict's own server's nodes."""
+    if across is None:
+        return None
+    if across.linked or len(across.groups) < 2:
+        return across.timeline
+    mine = across.group_nodes[group]
+    tl = across.timeline
+    return nodes_mod.timeline({n: i for n, i in tl.nodes.items() if n in mine}, [o for o in tl.observations if o.node in mine])
+
+
+def _nodes_facts(facts: Facts, tl: nodes_mod.Timeline | None, klass: str) -> str:
+    """The verdict's node facts (who failed first, the consequences) and the sentence that names them."""
+    if tl is None or not tl.multi_node:
+        return ""
+    node_list, consequences = nodes_mod.to_json(tl, klass)
+    facts.set("node_count", len(tl.nodes))
+    facts.set("_nodes", node_list)
+    facts.set("_consequences", consequences)
+    if tl.cause is not None:
+        info = tl.nodes.get(tl.cause.node)
+        facts.set("failing_node", tl.cause.node, tl.cause.ref)
+        facts.set("failing_node_role", info.role if info is not None else None, tl.cause.ref)
+        facts.set("failing_rank", tl.cause.rank, tl.cause.ref)
+    return nodes_mod.summary(tl)
+
+
+def _other_servers_text(histories: list[tuple[_IncidentHistory, list[Any]]], chosen: _IncidentHistory, across: _Across | None) -> str:
+    if across is None or len(histories) < 2:
+        return ""
+    parts = []
+    for g, (h, _) in enumerate(histories):
+        if h is chosen:
+            continue
+        incidents = h.incidents()
+        what = f"{incidents[-1].primary.klass}" if incidents else "no out-of-memory incident"
+        parts.append(f"{across.labels[g]}: {what}")
+    verdict = next(across.labels[g] for g, (h, _) in enumerate(histories) if h is chosen)
+    return f" The inputs hold {len(histories)} different servers, diagnosed separately (this verdict: {verdict}; " + "; ".join(parts) + ")."
+
+
+def _own_names(across: _Across | None, paths: list[str]) -> set[str]:
+    """The server's own pods and hosts: its nodes (kubectl prefixes, file and directory names)."""
+    if across is None:
+        return {nodes_mod.node_of_path(p)[0] for p in paths}
+    return set(across.timeline.nodes)
+
+
+def _monitoring_facts(facts: Facts, gathered: list[dict[str, Any]], across: _Across | None, paths: list[str]) -> None:
+    """DCGM / Prometheus evidence: the other pods on the server's GPUs and the GPUs' memory over time."""
+    items = [g for g in gathered if g.get("kind") == "dcgm"]
+    if not items:
+        return
+    ref = LineRef(path=items[0]["path"], line=0, text="dcgm evidence")
+    facts.set("_monitoring_gpus", monitoring.gpus_json(items), ref)
+    samples = [s for item in items for s in item.get("samples") or []]
+    if samples and "_samples" not in facts.values:
+        facts.set("_samples", sorted(samples, key=lambda s: s["t"]), ref)
+    own = _own_names(across, paths) | {r.split("/")[0] for e in facts.events for r in [e.ref.rank or ""] if "/" in r}
+    self_bytes = facts.get("this_process_bytes")
+    found = monitoring.foreign_pods(items, own, self_bytes)
+    if found is None:
+        return
+    facts.set("monitoring_foreign_pods", tuple(f"{p['namespace']}/{p['pod']}" if p["namespace"] else p["pod"] for p in found["pods"]), ref)
+    facts.set("_monitoring_pods", found["pods"], ref)
+    if found["held_bytes"]:
+        facts.set("monitoring_foreign_bytes", found["held_bytes"], ref)
+        if found["held_bytes"] > (facts.get("collected_other_used_bytes") or 0):
+            facts.set("collected_other_used_bytes", found["held_bytes"], ref)
+
+
+def _monitoring_text(facts: Facts) -> str:
+    pods = facts.get("_monitoring_pods") or []
+    if not pods:
+        return ""
+    named = ", ".join(
+        f"pod {p['pod']}" + (f" in namespace {p['namespace']}" if p["namespace"] else "") + (f" on GPU {p['gpu']}" if p.get("gpu") is not None else "") + (f" of {p['hostname']}" if p.get("hostname") else "")
+        for p in pods
+    )
+    held = facts.get("monitoring_foreign_bytes")
+    much = f", holding {budget.describe(int(held))} (the GPU's used memory minus the server's own)" if held else ""
+    return f" DCGM shows another tenant on the server's GPU: {named}{much}."
 
 
 class _IncidentHistory:

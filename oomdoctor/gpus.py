@@ -3,12 +3,12 @@ diagnosis names from the total capacity a log reports."""
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from oomdoctor._toml import tomllib
 from oomdoctor.errors import GpuNotFound
 from oomdoctor.units import GIB, MIB
 

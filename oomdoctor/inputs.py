@@ -8,6 +8,7 @@ damaged compressed stream yields what was decoded before the damage and is repor
 from __future__ import annotations
 
 import bz2
+import contextlib
 import lzma
 import os
 import re
@@ -34,6 +35,9 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 
 # Extensions that a directory walk reads as logs; others (pickles, images) are not logs.
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".gz", ".bz2", ".xz", ".stderr", ".stdout")
+# Monitoring evidence a directory walk hands over with the logs (diagnose routes it to
+# oomdoctor.monitoring): a saved DCGM exporter /metrics scrape.
+MONITORING_SUFFIXES = (".prom", ".metrics")
 # Rotated logs: server.log.1, server.log.2.gz (logrotate's numbers, higher is older) and
 # app.log-20260301[.gz] (dateext, older dates first); the live file comes after its rotations.
 _ROTATED_RE = re.compile(
@@ -138,7 +142,20 @@ def rotation_key(name: str) -> tuple:
 
 
 def _is_log_name(name: str) -> bool:
-    return name.lower().endswith(_LOG_SUFFIXES) or _ROTATED_RE.match(name) is not None
+    lower = name.lower()
+    return lower.endswith(_LOG_SUFFIXES) or lower.endswith(MONITORING_SUFFIXES) or _ROTATED_RE.match(name) is not None
+
+
+def is_monitoring_json(path: str) -> bool:
+    """A Prometheus HTTP API export (query_range or query result) saved as JSON: read with the logs of a directory."""
+    if not path.lower().endswith(".json"):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    except OSError:
+        return False
+    return b'"resultType"' in head and (b'"matrix"' in head or b'"vector"' in head)
 
 
 def _inside(path: str, root: str) -> bool:
@@ -193,7 +210,7 @@ def _walk_logs(root: str) -> tuple[list[str], list[InputStats]]:
             if not stat.S_ISREG(mode):
                 skip(full, "not a regular file")
                 continue
-            if not _is_log_name(name):
+            if not _is_log_name(name) and not is_monitoring_json(full):
                 if not (name.startswith(OWN_HIDDEN_PREFIX) or (bundle and (is_evidence_file(full) or name in _BUNDLE_OWN))):
                     skip(full, f"not a log file name ({', '.join(_LOG_SUFFIXES)}, or a rotation such as server.log.1)")
                 continue
@@ -204,8 +221,34 @@ def _walk_logs(root: str) -> tuple[list[str], list[InputStats]]:
     return logs, skipped
 
 
+# Standard input copied to a temporary file, so that it can be read twice (the events, then the node
+# timeline): set by spool_stdin, removed by release_stdin_spool. None: stdin is read directly, once.
+_STDIN_SPOOL: list[str] = []
+
+
+def spool_stdin() -> None:
+    """Copy standard input to a temporary file in chunks (memory stays flat) so that '-' can be read again."""
+    import shutil
+    import tempfile
+
+    if _STDIN_SPOOL:
+        return
+    fd, tmp = tempfile.mkstemp(prefix=".oomdoctor-stdin-")
+    with os.fdopen(fd, "wb") as out:
+        shutil.copyfileobj(sys.stdin.buffer, out, CHUNK_BYTES)
+    _STDIN_SPOOL.append(tmp)
+
+
+def release_stdin_spool() -> None:
+    while _STDIN_SPOOL:
+        with contextlib.suppress(OSError):
+            os.unlink(_STDIN_SPOOL.pop())
+
+
 def _open_raw(path: str) -> BinaryIO:
     if path == "-":
+        if _STDIN_SPOOL:
+            return open(_STDIN_SPOOL[0], "rb")
         return sys.stdin.buffer
     try:
         return open(path, "rb")
@@ -354,3 +397,4 @@ def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:
     finally:
         if raw is not sys.stdin.buffer:
             raw.close()
+

@@ -9,12 +9,12 @@ milestones, loader or capture progress, serving traffic), nothing. The tables ar
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
+from oomdoctor._toml import tomllib
 from oomdoctor.evidence import Event, LineRef
 
 SOURCES = ("engine", "frames", "context", "none")

@@ -23,6 +23,11 @@ class Stripped:
     rank: str | None
     ts: str | None
     system: str | None = None  # "sglang" / "vllm" when the prefix style itself says so
+    # The node (host, pod, Ray node IP, Slurm task) a multiplexing prefix names: kubectl logs --prefix,
+    # Ray's "(pid=N, ip=A.B.C.D)", srun -l's "0: ". None when the line carries no such prefix.
+    node: str | None = None
+    node_source: str | None = None
+    container: str | None = None  # kubectl --prefix's container name (sglang-leader, sglang-worker)
 
 
 def _sglang_rank(tags: str) -> str | None:
@@ -47,6 +52,18 @@ def _vllm_proc_rank(name: str, attrs: str) -> str | None:
 # (name, pattern, kind). Order matters only among entries that could match the same text; the
 # loop restarts from the top after every strip, so outer wrappers may appear in any order.
 _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # kubectl logs --prefix: "[pod/NAME/CONTAINER] " (also "[NAME/CONTAINER] " from stern-like tools).
+    ("kubectl", re.compile(r"^\[pod/(?P<pod>[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?)/(?P<container>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)\] ")),
+    # srun -l: the Slurm task id, right-aligned to the widest id, then ": ".
+    ("srun", re.compile(r"^ {0,4}(?P<task>\d{1,5}): (?=.)")),
+    # Ray's worker and raylet output on the driver: "(pid=1234, ip=10.0.0.2) ", "(raylet, ip=10.0.0.2) ",
+    # "(MyActor pid=1234, ip=10.0.0.2) " (actor names may hold ':' and '.'). Named vLLM workers are below.
+    (
+        "ray",
+        re.compile(
+            r"^\((?:(?P<rname>[A-Za-z_][\w.:-]*)(?:, | ))?(?:pid=(?P<pid>\d+))?(?:, )?(?:ip=(?P<ip>[0-9a-fA-F.:]+))?\) "
+        ),
+    ),
     # Markdown quote from a pasted bug report.
     ("markdown", re.compile(r"^ {0,3}>+ ?")),
     # docker compose: service name padded to the widest name, then "| ".
@@ -113,13 +130,30 @@ def split_prefix(raw: str) -> Stripped:
     ts: str | None = None
     svc: str | None = None
     system: str | None = None
+    node: str | None = None
+    node_source: str | None = None
+    container: str | None = None
     for _ in range(8):
         for name, pattern in _PREFIXES:
             m = pattern.match(text)
             if not m or m.end() == 0:
                 continue
             groups = m.groupdict()
-            if name == "docker":
+            if name == "ray" and (not (groups.get("pid") or groups.get("ip")) or (groups.get("rname") and not groups.get("ip"))):
+                continue  # "(Process) " is no Ray prefix; a named process without ip= is vLLM's own tag (below)
+            if name == "kubectl":
+                node, node_source = node or groups["pod"], node_source or "kubectl --prefix"
+                container = container or groups["container"]
+            elif name == "srun":
+                if node is not None or ts is not None or ranks:
+                    continue  # srun's task id is the outermost prefix; "0: " deeper in is message text
+                node, node_source = f"task{int(groups['task'])}", "srun -l"
+            elif name == "ray":
+                if groups.get("ip"):
+                    node, node_source = node or groups["ip"], node_source or "ray prefix"
+                if groups.get("pid"):
+                    ranks.append(f"pid{groups['pid']}")
+            elif name == "docker":
                 svc = groups["svc"]
             elif name == "torch_rank":
                 ranks.append(groups["rank"])
@@ -134,6 +168,9 @@ def split_prefix(raw: str) -> Stripped:
             elif name in ("vllm_proc", "vllm_level"):
                 system = system or "vllm"
             if name == "vllm_proc":
+                ip = re.search(r"\bip=([0-9a-fA-F.:]+)", groups["attrs"])
+                if ip and node is None:
+                    node, node_source = ip.group(1), "ray prefix"
                 tag = _vllm_proc_rank(groups["name"], groups["attrs"])
                 if tag:
                     ranks.append(tag)
@@ -146,4 +183,10 @@ def split_prefix(raw: str) -> Stripped:
     rank = ranks[0] if ranks else None
     if svc and rank:
         rank = f"{svc}/{rank}"
-    return Stripped(msg=text, rank=rank, ts=ts, system=system)
+    if node and rank and node_source != "ray prefix":
+        # Ranks of different nodes share tags (TP0 on every node): the node keeps them apart. A line
+        # with the node prefix alone (a traceback line) keeps no rank, so that it joins the record of
+        # the line above it, as an unprefixed continuation line does. Ray's worker tags keep their pid
+        # rank (pids already differ), as before node identity existed.
+        rank = f"{node}/{rank}"
+    return Stripped(msg=text, rank=rank, ts=ts, system=system, node=node, node_source=node_source, container=container)

@@ -8,13 +8,13 @@ ever evaluated as code. Evaluation is three-valued: a comparison on a fact that 
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from oomdoctor import catalogue
+from oomdoctor._toml import tomllib
 from oomdoctor.errors import RuleError
 
 CLASSES = (

@@ -14,19 +14,8 @@ from oomdoctor.diagnosis import Diagnosis
 from oomdoctor.facts import Facts
 from oomdoctor.readings import Readings
 from oomdoctor.redact import redact_obj
+from oomdoctor.render.svg import SEGMENTS, sglang_bar, vllm_bar
 from oomdoctor.units import floor_to
-
-# Segment kinds of a GPU bar, in drawing order, with their legend labels.
-SEGMENTS = (
-    ("context", "CUDA context / NCCL / before start"),
-    ("weights", "weights"),
-    ("kv", "KV cache pool"),
-    ("graphs", "CUDA graphs"),
-    ("dynamic", "dynamic reserve (activations)"),
-    ("torch_other", "PyTorch, other"),
-    ("other", "other processes"),
-    ("free", "free"),
-)
 
 
 def build_view(d: Diagnosis, redact: bool = True) -> dict[str, Any]:
@@ -105,11 +94,6 @@ def _alternatives(recs: list[dict[str, Any]], role: str) -> list[dict[str, Any]]
     return out
 
 
-def _segments(**values: int | None) -> list[dict[str, Any]]:
-    kept = {k: v for k, v in values.items() if v is not None and v > 0}
-    return [{"kind": k, "label": label, "bytes": int(kept[k])} for k, label in SEGMENTS if k in kept]
-
-
 def _sglang_bars(f: Facts, r: Readings, mfs: float | None = None) -> list[dict[str, Any]]:
     pres = r.of("pre_bytes")
     posts = r.of("post_bytes")
@@ -126,22 +110,11 @@ def _sglang_bars(f: Facts, r: Readings, mfs: float | None = None) -> list[dict[s
         if pre is None or post is None or y is None:
             continue
         total = capacity or _card_for(pre)
-        weights = pre - post
         dynamic = budget.sglang_dynamic_region_bytes(pre, y)
-        kv_budget = post - dynamic
-        kv = kvs.get(rank or "", max(kv_budget, 0)) if mfs is None else max(kv_budget, 0)
+        kv = kvs.get(rank or "", max(post - dynamic, 0)) if mfs is None else None
         graph = graphs.get(rank or "", 0) if mfs is None else f.get("cuda_graph_bytes", 0)
         other = f.get("foreign_process_bytes", 0) if (rank == oom_rank or len(pres) <= 1) else 0
-        context = max(total - pre - other, 0)
-        used = context + weights + kv + dynamic + other
-        bar = {
-            "name": rank or "GPU",
-            "total_bytes": total,
-            "total_assumed": capacity is None,
-            "segments": _segments(context=context, weights=weights, kv=kv, graphs=min(graph, dynamic), dynamic=dynamic - min(graph, dynamic), other=other, free=max(total - used, 0)),
-            "kv_budget_bytes": kv_budget,
-            "mfs": y,
-        }
+        bar = sglang_bar(rank or "GPU", total, pre, pre - post, y, kv=kv, graphs=graph or 0, other=other or 0, total_assumed=capacity is None)
         if mfs is None and (rank == oom_rank or len(pres) <= 1) and f.get("requested_bytes") is not None:
             bar["request"] = {"requested_bytes": f.get("requested_bytes"), "free_bytes": f.get("free_bytes")}
         bars.append(bar)
@@ -159,23 +132,14 @@ def _vllm_bars(f: Facts, util: float | None = None) -> list[dict[str, Any]]:
     total, u = f.get("capacity_bytes"), util if util is not None else f.get("gpu_memory_utilization")
     if not total or u is None:
         return _torch_bars(f)
-    weights = f.get("weights_bytes", 0)
-    non_kv = f.get("non_kv_bytes", weights)
-    act = max(non_kv - weights, 0)
-    kv = max(budget.vllm_kv_budget_bytes(total, u, non_kv), 0)
+    weights = f.get("weights_bytes") or 0
+    non_kv = f.get("non_kv_bytes")
+    non_kv = weights if non_kv is None else non_kv
     graphs = f.get("cuda_graph_bytes", 0) or 0
     other = f.get("foreign_process_bytes", 0) or 0
     if f.get("startup_free_deficit_bytes") and f.get("free_at_start_bytes") is not None:
         other = max(total - f.get("free_at_start_bytes") - 600 * 1024 * 1024, 0)
-    outside = max(total - round(total * u) - other - max(graphs, 0), 0)
-    bar = {
-        "name": "GPU",
-        "total_bytes": total,
-        "total_assumed": False,
-        "segments": _segments(weights=weights, dynamic=act, kv=kv, graphs=max(graphs, 0), other=other, context=0, free=outside),
-        "kv_budget_bytes": budget.vllm_kv_budget_bytes(total, u, non_kv),
-        "mfs": u,
-    }
+    bar = vllm_bar("GPU", total, u, weights, non_kv, graphs=max(graphs, 0), other=other)
     if util is None and f.get("requested_bytes") is not None:
         bar["request"] = {"requested_bytes": f.get("requested_bytes"), "free_bytes": f.get("free_bytes")}
     return [bar]
@@ -250,8 +214,23 @@ def _recommended_value(d: Diagnosis, flag: str) -> float | None:
     return None
 
 
+# Changes that move the weights per GPU: with one of them in the set, "the same GPU at the recommended
+# fraction" would draw today's weights against the new fraction, a bar that no launch would produce.
+_RESHAPING_FLAGS = ("--tp-size", "--tensor-parallel-size", "--pp-size", "--pipeline-parallel-size", "--quantization")
+
+
+def _reshapes_weights(d: Diagnosis) -> bool:
+    for finding in d.findings[:1]:
+        for r in finding.recommendations:
+            if r.role == "primary" and any(change.flag in _RESHAPING_FLAGS for change in (r, *r.companions)):
+                return True
+    return False
+
+
 def _recommended_bar(d: Diagnosis, f: Facts) -> dict[str, Any] | None:
     system = f.get("system")
+    if _reshapes_weights(d):
+        return None
     if system == "sglang":
         y = _recommended_value(d, "--mem-fraction-static")
         bars = _sglang_bars(f, d.readings, mfs=y) if y is not None else []
@@ -357,17 +336,17 @@ _COMMANDS = {
     "pre_bytes": ("free memory before weights (SGLang 'Load weight begin. avail mem')", _STARTUP_LINES),
     "post_bytes": ("free memory after weights (SGLang 'Load weight end. avail mem')", _STARTUP_LINES),
     "mem_fraction_static": ("the applied --mem-fraction-static", "keep the 'server_args=ServerArgs(...)' line of the log"),
-    "requested_bytes": ("the size of the failed allocation", "keep the whole 'CUDA out of memory. Tried to allocate ...' message"),
+    "requested_bytes": ("the size of the failed allocation", _WHOLE_OOM),
     "free_bytes": ("free memory at the failure", _WHOLE_OOM),
     "oom_stage": ("where the allocation failed", "keep the traceback above the OOM ('Scheduler hit an exception' block)"),
     "process_list": _PROCESSES,
     "shortfall_bytes": ("how much the allocation lacked", _WHOLE_OOM),
-    "foreign_process_bytes": ("memory held by other processes", _SMI_APPS),
+    "foreign_process_bytes": _PROCESSES,
     "gpu_memory_utilization": ("the applied --gpu-memory-utilization", "keep vLLM's 'non-default args' line"),
     "foreign_process_count": _PROCESSES,
     "process_identity_known": _PROCESSES,
     "startup_foreign_bytes": ("memory in use before the server started", "nvidia-smi --query-gpu=memory.used --format=csv before launching"),
-    "reserved_unallocated_bytes": ("PyTorch's reserved-but-unallocated memory", "keep the whole 'CUDA out of memory' message (torch >= 2.1 prints it)"),
+    "reserved_unallocated_bytes": ("PyTorch's reserved-but-unallocated memory (torch >= 2.1 prints it)", _WHOLE_OOM),
     "weights_fit": ("whether the weights fit with room for KV", "keep the 'Load weight begin/end ... avail mem' lines"),
     "startup_free_deficit_bytes": ("free memory at vLLM's start", "keep vLLM's startup lines"),
     "largest_free_block_bytes": _CAPTURE,
@@ -379,7 +358,23 @@ _COMMANDS = {
 }
 
 
-def _unchecked(d: Diagnosis) -> list[dict[str, str]]:
+# A host (CPU) OOM is decided by the kernel's and the container's records, not by the GPU: these
+# replace the GPU commands in "Not checked".
+_HOST_STEPS = (
+    ("host_oom_kill", "the kernel's OOM-killer record: which process it killed and its RSS", "dmesg -T | grep -i -E 'killed process|out of memory'"),
+    ("host_journal", "the same record from the journal (when dmesg is restricted or has rotated)", "journalctl -k | grep -i -E 'killed process|out of memory'"),
+    (
+        "cgroup_memory_events",
+        "whether the container's memory limit, not the host, killed it (oom_kill > 0; cgroup v2, run inside the container)",
+        "cat /sys/fs/cgroup/memory.events",
+    ),
+)
+
+
+def _unchecked(d: Diagnosis) -> list[dict[str, Any]]:
+    """What the rules could not check and the one command that collects it; facts that share a command share a line."""
+    if d.verdict_class == "host_oom":
+        return [{"fact": fact, "facts": [fact], "what": what, "command": command} for fact, what, command in _HOST_STEPS]
     missing: list[str] = []
     for item in d.not_evaluated:
         for name in item["missing"]:
@@ -390,15 +385,14 @@ def _unchecked(d: Diagnosis) -> list[dict[str, str]]:
         for name in ("capacity_bytes", "process_list"):
             if name not in f.values and name not in missing:
                 missing.append(name)
-    out: list[dict[str, str]] = []
-    seen: set[str] = set()
+    by_command: dict[str, dict[str, Any]] = {}
     for name in missing:
         what, command = _COMMANDS.get(name, (name.replace("_", " "), "a fuller log (startup lines and the complete OOM message)"))
-        if what in seen:
-            continue
-        seen.add(what)
-        out.append({"fact": name, "what": what, "command": command})
-    return out
+        row = by_command.setdefault(command, {"fact": name, "facts": [], "what": [], "command": command})
+        row["facts"].append(name)
+        if what not in row["what"]:
+            row["what"].append(what)
+    return [{**row, "what": "; ".join(row["what"])} for row in by_command.values()]
 
 
 def _environment(f: Facts | None) -> dict[str, Any]:

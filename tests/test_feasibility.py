@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from oomdoctor import advice, budget, plan
+from oomdoctor._toml import tomllib
 from oomdoctor.api import diagnose
 from oomdoctor.contract import to_dict
 from oomdoctor.diagnosis import Diagnosis, Finding, Incident

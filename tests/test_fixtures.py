@@ -6,11 +6,11 @@ for that rule; the rule is also run alone on it, and the whole catalogue must pa
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import pytest
 
+from oomdoctor._toml import tomllib
 from oomdoctor.advice import known_advice
 from oomdoctor.diagnosis import diagnose
 from oomdoctor.rule_engine import load_rules

@@ -8,12 +8,12 @@ import re
 import subprocess
 import sys
 import textwrap
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from oomdoctor import triage
+from oomdoctor._toml import tomllib
 
 from conftest import FIXTURES, REPO
 

@@ -33,9 +33,9 @@ def _head(view: dict) -> list[str]:
         title = "### Run first" if report.get("flags_are_commands") else "### Change (one consistent set)"
         out += [title, "", _fence(report["flags"], "bash"), ""]
     if report.get("alternatives"):
-        out += ["Or, instead of that:", ""] + [f"- {_code(a['paste'])}" + (f" (cost: {_cell(a['cost'])})" if a["cost"] else "") for a in report["alternatives"]] + [""]
+        out += ["Or, instead of that:", ""] + [f"- {_code(a['paste'], in_table=False)}" + (f" (cost: {_cell(a['cost'])})" if a["cost"] else "") for a in report["alternatives"]] + [""]
     if report.get("not_workable"):
-        out += ["Not workable on this budget:", ""] + [f"- {_code(a['paste'] or a['flag'])}: {_cell(a['why'])}" for a in report["not_workable"]] + [""]
+        out += ["Not workable on this budget:", ""] + [f"- {_code(a['paste'] or a['flag'], in_table=False)}: {_cell(a['why'])}" for a in report["not_workable"]] + [""]
     recs = view["findings"][0]["recommendations"] if view["findings"] else []
     if recs:
         out += ["| change | role | cost | why |", "|---|---|---|---|"]
@@ -47,9 +47,11 @@ def _head(view: dict) -> list[str]:
 _ROLES = {"primary": "the set above", "alternative": "or", "not_workable": "not workable"}
 
 
-def _code(text: str) -> str:
-    """Inline code that survives backticks and pipes in the text (a table cell)."""
-    text = text.replace("|", "\\|").replace("\n", " ")
+def _code(text: str, in_table: bool = True) -> str:
+    """Inline code that survives backticks (and, in a table cell, pipes) in the text."""
+    text = text.replace("\n", " ")
+    if in_table:
+        text = text.replace("|", "\\|")
     ticks = "``" if "`" in text else "`"
     pad = " " if ticks == "``" else ""
     return f"{ticks}{pad}{text}{pad}{ticks}"
@@ -135,7 +137,7 @@ def _footer(view: dict) -> list[str]:
     out: list[str] = []
     unchecked = view.get("report", {}).get("unchecked") or []
     if unchecked:
-        out += ["### Not checked", ""] + [f"- {escape_markdown_html(u['what'])}: {_code(u['command'])}" for u in unchecked] + [""]
+        out += ["### Not checked", ""] + [f"- {escape_markdown_html(u['what'])}: {_code(u['command'], in_table=False)}" for u in unchecked] + [""]
     inputs = ", ".join(f"`{i['path']}` ({i['lines']} lines{', truncated' if i['truncated'] else ''})" for i in view["inputs"])
     out.append(f"<sub>oomdoctor {view['tool']['version']} · inputs: {inputs}</sub>")
     return out

@@ -1,0 +1,98 @@
+"""GPU evidence from the monitoring stack (DCGM exporter scrape, Prometheus query_range) and --format prometheus."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from oomdoctor import monitoring
+from oomdoctor.errors import InputError
+
+from conftest import FIXTURES
+
+MN = FIXTURES / "multi-node"
+
+
+@pytest.mark.parametrize("case", ["pos_dcgm_foreign_pod", "pos_query_range_foreign_pod"])
+def test_the_foreign_process_finding_names_the_other_pod(run_cli, case) -> None:
+    data = run_cli("diagnose", str(MN / case), "--format", "json").json
+    finding = next(f for f in data["findings"] if f["class"] == "foreign_process")
+    assert [(p["namespace"], p["pod"], p["gpu"]) for p in finding["pods"]] == [("research", "jupyter-alice-0", 0)]
+    # The GPU's used memory (80486 MiB) minus the server's own ("this process has 60.12 GiB").
+    assert finding["pods"][0]["other_bytes"] == pytest.approx(80486 * 2**20 - 60.12 * 2**30, abs=2)
+    assert data["monitoring"]["foreign_pods"] == ["research/jupyter-alice-0"]
+    assert "pod jupyter-alice-0 in namespace research" in data["verdict"]["summary"]
+
+
+def test_query_range_gives_memory_over_time_per_gpu(run_cli) -> None:
+    data = run_cli("diagnose", str(MN / "pos_query_range_foreign_pod"), "--format", "json").json
+    gpu = data["monitoring"]["gpus"][0]
+    assert gpu["uuid"].startswith("GPU-5e1c") and len(gpu["used_over_time"]) == 9
+    assert max(p["used_bytes"] for p in gpu["used_over_time"]) == 80486 * 2**20
+    assert gpu["free_bytes"] == (81000 - 80486) * 2**20  # the least free in the window
+
+
+def test_scrape_given_by_path_whatever_its_name(run_cli, tmp_path) -> None:
+    scrape = tmp_path / "metrics.txt"
+    scrape.write_text((MN / "pos_dcgm_foreign_pod" / "dcgm-exporter.prom").read_text())
+    data = run_cli("diagnose", str(MN / "pos_dcgm_foreign_pod" / "sglang-0.log"), str(scrape), "--format", "json").json
+    assert [i["kind"] for i in data["inputs"]] == ["log", "dcgm"]
+    assert data["monitoring"]["foreign_pods"] == ["research/jupyter-alice-0"]
+
+
+def test_scrape_is_parsed_with_the_official_parser(monkeypatch) -> None:
+    import prometheus_client.parser as parser
+
+    calls = []
+    real = parser.text_string_to_metric_families
+
+    def spy(text):
+        calls.append(len(text))
+        return real(text)
+
+    monkeypatch.setattr(parser, "text_string_to_metric_families", spy)
+    item = monitoring.parse_scrape((MN / "pos_dcgm_foreign_pod" / "dcgm-exporter.prom").read_text(), "x.prom")
+    assert calls
+    gpu0 = item["gpus"][0]
+    assert gpu0["used_bytes"] == 80486 * 2**20 and gpu0["total_bytes"] == (80486 + 512 + 499) * 2**20
+    assert {p["pod"] for p in gpu0["pods"]} == {"sglang-0", "jupyter-alice-0"}
+
+
+def test_a_scrape_without_framebuffer_metrics_is_refused() -> None:
+    with pytest.raises(InputError, match="DCGM_FI_DEV_FB_USED"):
+        monitoring.parse_scrape("# TYPE up gauge\nup 1\n", "x.prom")
+
+
+def _families(text: str) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def test_prometheus_textfile_round_trips(run_cli) -> None:
+    res = run_cli("diagnose", str(MN / "pos_sglang_tp16_two_nodes"), "--format", "prometheus")
+    assert res.code == 3
+    fams = _families(res.out)
+    (incident,) = fams["oomdoctor_incident"].samples
+    assert incident.labels == {"class": "runtime_activation", "system": "sglang", "node": "node1", "gpu": "80 GB class (H100 / A100 80GB / H800)"}
+    assert incident.value == 1741356133.0  # 2025-03-07 14:02:13 UTC, node1's OOM
+    recs = {s.labels["flag"]: s.value for s in fams["oomdoctor_recommended_value"].samples}
+    assert recs["--max-running-requests"] == 128.0 and "--mem-fraction-static" in recs
+    (conf,) = fams["oomdoctor_confidence"].samples
+    assert conf.labels == {"class": "runtime_activation"} and 0 < conf.value <= 1
+
+
+def test_prometheus_for_no_oom_has_no_incident_sample(run_cli) -> None:
+    res = run_cli("diagnose", str(MN / "neg_two_nodes_timeout_only"), "--format", "prometheus")
+    fams = _families(res.out)
+    assert res.code == 0 and not fams.get("oomdoctor_incident", type("F", (), {"samples": []})).samples
+    assert fams["oomdoctor_confidence"].samples[0].labels == {"class": "none"}
+
+
+def test_prometheus_textfile_written_atomically(tmp_path) -> None:
+    from oomdoctor.render import prometheus
+
+    view = {"verdict": {"class": "foreign_process", "confidence": 0.9, "node": "sglang-0"}, "budget": {"system": "vllm"}, "findings": [], "incidents": [{"time": "2026-03-02 10:42:09"}]}
+    out = tmp_path / "oomdoctor.prom"
+    prometheus.write_textfile(view, str(out))
+    (sample,) = _families(out.read_text())["oomdoctor_incident"].samples
+    assert sample.value == 1772448129.0 and sample.labels["node"] == "sglang-0"
+
