@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -108,11 +108,17 @@ def known_advice() -> tuple[str, ...]:
     return tuple(sorted(_REGISTRY))
 
 
-def recommend(advice_ids: tuple[str, ...], facts: Facts) -> list[Recommendation]:
+def registry() -> Mapping[str, Recommender]:
+    """The shipped recommenders by name: what the pipeline is given explicitly (oomdoctor.api.diagnose)."""
+    return dict(_REGISTRY)
+
+
+def recommend(advice_ids: tuple[str, ...], facts: Facts, recommenders: Mapping[str, Recommender] | None = None) -> list[Recommendation]:
     """The named recommenders' advice, each checked against the incident's own budget and given its role."""
+    table = _REGISTRY if recommenders is None else recommenders
     out: list[Recommendation] = []
     for advice_id in advice_ids:
-        out.extend(_REGISTRY[advice_id](facts))
+        out.extend(table[advice_id](facts))
     return settle(out, facts)
 
 

@@ -10,7 +10,8 @@ file; the CLI maps them to exit codes, nothing here exits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from oomdoctor.diagnosis import Diagnosis
 from oomdoctor.rule_engine import Rule
@@ -24,12 +25,17 @@ def load_rules(extra_dirs: Iterable[str] = (), advice_ids: Iterable[str] | None 
     return _load(tuple(extra_dirs), known_advice() if advice_ids is None else advice_ids)
 
 
-def diagnose(paths: Sequence[str], *, rules: list[Rule] | None = None, system: str = "auto") -> Diagnosis:
+def diagnose(
+    paths: Sequence[str], *, rules: list[Rule] | None = None, system: str = "auto", recommenders: Mapping[str, Any] | None = None
+) -> Diagnosis:
     """Diagnose one incident from its inputs (logs, compressed logs, bundle directories, '-' for stdin).
 
-    ``rules``: the rule catalogue (default: the shipped one); ``system``: auto, sglang, vllm or torch.
+    ``rules``: the rule catalogue (default: the shipped one); ``system``: auto, sglang, vllm or torch;
+    ``recommenders``: the advice registry, by name (default: the shipped one, oomdoctor.advice.registry()).
     Redaction is applied when the Diagnosis is turned into a view (oomdoctor.view.build_view).
     """
+    from oomdoctor import advice
     from oomdoctor.diagnosis import diagnose as _diagnose
 
-    return _diagnose(list(paths), rules if rules is not None else load_rules(), system=None if system == "auto" else system)
+    table = recommenders if recommenders is not None else advice.registry()
+    return _diagnose(list(paths), rules if rules is not None else load_rules(advice_ids=table.keys()), system=None if system == "auto" else system, recommenders=table)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -313,7 +313,7 @@ def _finding_extra(klass: str, facts: Facts) -> dict[str, Any]:
     }
 
 
-def evaluate_incident(facts: Facts, rules: Iterable[Rule]) -> Incident:
+def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping[str, advice.Recommender] | None = None) -> Incident:
     """Run every applicable rule on one incident's facts; order findings by whose fix comes first."""
     values = facts.values
     system = values.get("system", "unknown")
@@ -336,7 +336,7 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule]) -> Incident:
             factors=factors,
             message=_render_message(rule.message, facts),
             evidence=_evidence_for(rule, ev.used, facts),
-            recommendations=advice.recommend(rule.advice, facts),
+            recommendations=advice.recommend(rule.advice, facts, recommenders),
             extra=_finding_extra(rule.klass, facts),
         )
         fired.append((rule.priority, -value, finding))
@@ -510,18 +510,18 @@ def _split_evidence(paths: list[str]) -> tuple[list[str], list[str]]:
     return logs, evidence
 
 
-def diagnose(paths: list[str], rules: list[Rule], system: str | None = None) -> Diagnosis:
+def diagnose(paths: list[str], rules: list[Rule], system: str | None = None, recommenders: Mapping[str, advice.Recommender] | None = None) -> Diagnosis:
     """Read every input, find the incidents, and return the diagnosis; InputError if nothing was readable."""
     if "-" in paths:
         # Standard input is read twice (events, then the node timeline): spooled to a temporary file.
         spool_stdin()
     try:
-        return _diagnose(paths, rules, system)
+        return _diagnose(paths, rules, system, recommenders)
     finally:
         release_stdin_spool()
 
 
-def _diagnose(paths: list[str], rules: list[Rule], system: str | None) -> Diagnosis:
+def _diagnose(paths: list[str], rules: list[Rule], system: str | None, recommenders: Mapping[str, advice.Recommender] | None = None) -> Diagnosis:
     log_paths, evidence_paths = _split_evidence([p for p in paths if not _is_monitoring_text(p)])
     evidence_paths.extend(p for p in paths if _is_monitoring_text(p))
     gathered: list[dict[str, Any]] = []
@@ -580,7 +580,7 @@ def _diagnose(paths: list[str], rules: list[Rule], system: str | None) -> Diagno
                     _monitoring_facts(facts, gathered, across, read_paths)
                 if across is not None and len(groups) > 1:
                     facts.set("server", across.labels[g])
-                history.add(evaluate_incident(facts, rules), repeats=run.repeats)
+                history.add(evaluate_incident(facts, rules, recommenders), repeats=run.repeats)
         histories.append((history, runs))
     chosen = _verdict_group(histories, across)
     history, runs = histories[chosen]

@@ -67,3 +67,16 @@ def test_parsers_are_imported_only_by_fact_builders_and_pipeline() -> None:
             continue
         bad = {d for d in deps if d.startswith("oomdoctor.parsers")}
         assert not bad, f"{mod} imports a parser: {sorted(bad)}"
+
+
+def test_the_advice_registry_is_passed_explicitly(tmp_path) -> None:
+    """api.diagnose takes the recommenders it uses; a custom registry reaches the findings."""
+    from oomdoctor import advice
+    from oomdoctor.api import diagnose
+
+    log = PKG.parent / "tests" / "fixtures" / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"
+    table = dict(advice.registry())
+    table["raise-mem-fraction-static"] = lambda facts: [advice.Recommendation("--custom-flag", 1, "set", "from a custom registry")]
+    d = diagnose([str(log)], recommenders=table)
+    assert [r.flag for r in d.findings[0].recommendations] == ["--custom-flag"]
+    assert diagnose([str(log)]).findings[0].recommendations[0].flag == "--mem-fraction-static"
