@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from oomdoctor.errors import InputError
+from oomdoctor.limits import nesting_depth
 
 BUNDLE_KIND = "oomdoctor-bundle"
 BUNDLE_VERSION = 1
@@ -21,19 +22,7 @@ SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
 MAX_JSON_DEPTH = 64
 
 
-def _nesting_depth(data: Any, limit: int) -> int:
-    """Depth of nested objects and arrays, counted without recursion; stops once past ``limit``."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(data, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if not isinstance(node, (dict, list)):
-            continue
-        deepest = max(deepest, depth)
-        if deepest > limit:
-            return deepest
-        stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
-    return deepest
+_nesting_depth = nesting_depth
 
 
 def read_json(text: str, path: str) -> Any:

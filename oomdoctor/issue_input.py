@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from oomdoctor import issue_body
 from oomdoctor.evidence import Event, LineRef
+from oomdoctor.limits import whole_if_small
 
 KIND_REPORTED = "reported_fact"
 # An issue body to triage is small; larger inputs are logs and stream as they are.
@@ -21,17 +22,10 @@ _ISSUE_SUFFIXES = (".md", ".markdown", ".mdown")
 
 def issue_chunks(chunks: Iterable[bytes], path: str, display: str, on_issue: Callable[[list[Event]], None]) -> Iterator[bytes]:
     """Yield the chunks, or, when they hold an issue body, its log lines (and report its stated facts)."""
-    buffered: list[bytes] = []
-    size = 0
-    it = iter(chunks)
-    for chunk in it:
-        buffered.append(chunk)
-        size += len(chunk)
-        if size > ISSUE_MAX_BYTES:
-            yield from buffered
-            yield from it
-            return
-    data = b"".join(buffered)
+    data, rest = whole_if_small(chunks, ISSUE_MAX_BYTES)
+    if data is None:
+        yield from rest
+        return
     text = data.decode("utf-8", "replace")
     markdown: str | None = None
     if issue_body.is_issue_json(text):
@@ -39,7 +33,7 @@ def issue_chunks(chunks: Iterable[bytes], path: str, display: str, on_issue: Cal
     elif path.lower().endswith(_ISSUE_SUFFIXES) or issue_body.looks_like_issue(text):
         markdown = text
     if markdown is None:
-        yield from buffered
+        yield data
         return
     evidence = issue_body.read(markdown)
     on_issue([Event(KIND_REPORTED, (LineRef(display, r.line, None, r.text),), {"name": r.name, "value": r.value}) for r in evidence.reported])

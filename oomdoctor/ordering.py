@@ -11,6 +11,8 @@ import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator
 
+from oomdoctor.limits import whole_if_small
+
 # Inputs up to this size are buffered to check their order; a console export is far smaller.
 REORDER_MAX_BYTES = 8 << 20
 # At least this many timestamped lines, and this share of decreasing steps between them.
@@ -46,17 +48,10 @@ def is_newest_first(data: bytes) -> bool:
 
 def oldest_first(chunks: Iterable[bytes], on_reversed: Callable[[], None]) -> Iterator[bytes]:
     """Pass chunks through; a small newest-first input is yielded once, reversed line by line."""
-    buffered: list[bytes] = []
-    size = 0
-    it = iter(chunks)
-    for chunk in it:
-        buffered.append(chunk)
-        size += len(chunk)
-        if size > REORDER_MAX_BYTES:
-            yield from buffered
-            yield from it
-            return
-    data = b"".join(buffered)
+    data, rest = whole_if_small(chunks, REORDER_MAX_BYTES)
+    if data is None:
+        yield from rest
+        return
     if data and is_newest_first(data):
         on_reversed()
         lines = data.splitlines(keepends=True)
@@ -64,4 +59,4 @@ def oldest_first(chunks: Iterable[bytes], on_reversed: Callable[[], None]) -> It
             lines[-1] += b"\n"
         yield b"".join(reversed(lines))
         return
-    yield from buffered
+    yield data

@@ -16,6 +16,7 @@ from typing import Any
 from oomdoctor import catalogue
 from oomdoctor._toml import tomllib
 from oomdoctor.errors import RuleError
+from oomdoctor.limits import nesting_depth
 
 CLASSES = (
     "startup_kv",
@@ -212,19 +213,7 @@ MAX_RULE_FILE_BYTES = 256 * 1024
 MAX_RULE_DEPTH = 32
 
 
-def _nesting_depth(data: Any, limit: int) -> int:
-    """Depth of nested tables and arrays, counted without recursion; stops once past ``limit``."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(data, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if not isinstance(node, (dict, list)):
-            continue
-        deepest = max(deepest, depth)
-        if deepest > limit:
-            return deepest
-        stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
-    return deepest
+_nesting_depth = nesting_depth
 
 
 def load_rule_file(path: Path, known_advice: Iterable[str] | None = None) -> Rule:
