@@ -31,6 +31,7 @@ from oomdoctor.errors import (
 
 if TYPE_CHECKING:  # the pipeline is imported only by the commands that run it
     from oomdoctor.diagnosis import Diagnosis
+    from oomdoctor.fleet import Options as FleetOptions
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 no OOM evidence, 3 OOM diagnosed, 4 inconclusive (the input stops before a failure is evident), "
@@ -133,9 +134,18 @@ def _load_rules(rules_dirs: tuple[str, ...]) -> list:
 @click.option("--system", type=click.Choice(["auto", "sglang", "vllm", "torch"]), default="auto", show_default=True, help="Override the serving system detected from the log.")
 @click.option("--no-redact", is_flag=True, help="Keep secrets (API keys, tokens, passwords) in the output; redaction is on by default.")
 @click.option("--redact-pii", is_flag=True, help="Also replace emails, host names and IP addresses with consistent pseudonyms (<ip-1>, <host-2>) in every output and bundle member.")
-def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool, redact_pii: bool) -> None:
+@click.option(
+    "--summary",
+    is_flag=True,
+    help="Each PATH holds many independent incidents (one per log file, bundle or immediate subdirectory): diagnose them on every core "
+    "and print a table by class and system with the most common fixes (text or json). Unreadable inputs are listed per file; exit 0 when it ran.",
+)
+def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool, redact_pii: bool, summary: bool) -> None:
     from oomdoctor import redact
 
+    if summary:
+        _summary(paths, fmt, output, bundle, rules_dirs, system, no_redact, redact_pii)
+        return
     with redact.session(pii=redact_pii and not no_redact):
         _diagnose(paths, fmt, output, bundle, rules_dirs, system, no_redact)
 
@@ -171,6 +181,67 @@ def _diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str 
         for note in notes:
             _warn(f"bundle: {note}")
     sys.exit(int(_exit_code(result)))
+
+
+def _summary(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool, redact_pii: bool) -> None:
+    """``diagnose --summary``: many independent incidents in a process pool, then one table (or JSON document)."""
+    import json
+
+    from oomdoctor import fleet
+
+    if fmt not in ("text", "json"):
+        raise UsageError(f"--summary writes text or json, not {fmt}")
+    if bundle:
+        raise UsageError("--summary writes no bundle; diagnose one incident to get one")
+    if "-" in paths:
+        raise UsageError("--summary reads paths, not stdin")
+    _refuse_outputs_among_inputs(list(paths), output, None)
+    fleet.rules(rules_dirs)  # a bad --rules directory is a usage error here, not one failure per incident
+    options = fleet.Options(system=system, rules_dirs=rules_dirs, redact=not no_redact, pii=redact_pii)
+    tty = sys.stderr.isatty()
+
+    def progress(done: int, total: int) -> None:
+        if tty and (done == total or done % 10 == 0):
+            click.echo(f"\roomdoctor: {done}/{total} incidents", err=True, nl=done == total)
+
+    rows = fleet.run(paths, _summary_row, options, progress=progress)
+    if fmt == "json":
+        report = _safe_output("json", json.dumps(fleet.to_json(rows), indent=2, sort_keys=True) + "\n")
+    else:
+        report = escape_controls(fleet.render_text(rows))
+    if output:
+        _write(output, report)
+    else:
+        click.echo(report, nl=False)
+    sys.exit(int(ExitCode.NO_OOM))
+
+
+def _summary_row(path: str, options: FleetOptions) -> dict:
+    """One incident of ``--summary``, in a worker process: its summary row, or its one-line reason for failing."""
+    from oomdoctor import fleet, redact
+    from oomdoctor.api import diagnose as run_diagnosis
+    from oomdoctor.view import build_view
+
+    try:
+        with redact.session(pii=options.pii and options.redact):
+            result = run_diagnosis([_latest_run_quiet(path)], rules=fleet.rules(options.rules_dirs), system=options.system)
+            view = build_view(result, redact=options.redact)
+    except OomdoctorError as exc:
+        return fleet.failed(path, str(exc))
+    except Exception as exc:  # noqa: BLE001 - one bad input never stops the run; its reason is listed
+        return fleet.failed(path, f"internal error: {type(exc).__name__}: {exc}")
+    if not any(s.readable for s in result.inputs):
+        reasons = [w for s in result.inputs for w in s.warnings] or ["no readable log in it"]
+        return fleet.failed(path, reasons[0])
+    return fleet.row(path, view)
+
+
+def _latest_run_quiet(path: str) -> str:
+    """An `oomdoctor run --out` directory stands for its newest run (OUT/latest), without a warning per incident."""
+    from oomdoctor.flight import LATEST
+
+    link = os.path.join(path, LATEST)
+    return link if os.path.isdir(path) and os.path.islink(link) and os.path.isdir(link) else path
 
 
 def _latest_run(path: str) -> str:
@@ -406,11 +477,17 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
     type=click.FloatRange(min=0.001),
     help="server.log keeps the first N MB (the startup evidence) and the last N MB, with one line saying how much was dropped between.",
 )
+@click.option(
+    "--textfile",
+    "textfile_dir",
+    type=click.Path(file_okay=False),
+    help="When the server OOMs, also write the diagnosis as Prometheus samples to DIR/oomdoctor.prom (node_exporter's textfile collector directory; replaced atomically).",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run_cmd(out_dir: str, interval_ms: int, no_redact: bool, keep_mb: float, command: tuple[str, ...]) -> None:
+def run_cmd(out_dir: str, interval_ms: int, no_redact: bool, keep_mb: float, textfile_dir: str | None, command: tuple[str, ...]) -> None:
     from oomdoctor import flight
 
-    sys.exit(flight.run(list(command), out_dir, interval_ms, redact=not no_redact, keep_mb=keep_mb))
+    sys.exit(flight.run(list(command), out_dir, interval_ms, redact=not no_redact, keep_mb=keep_mb, textfile_dir=textfile_dir))
 
 
 @cli.command(

@@ -11,10 +11,9 @@ import re
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from oomdoctor import __version__, advice, budget, collected, confidence, issue_body, monitoring
-from oomdoctor import nodes as nodes_mod
+from oomdoctor import __version__, advice, budget, collected, confidence
 from oomdoctor import phase as phase_step
 from oomdoctor.completeness import Completeness
 from oomdoctor.confidence import Factor
@@ -35,6 +34,9 @@ from oomdoctor.readings import read as read_readings
 from oomdoctor.rule_engine import Rule, evaluate
 from oomdoctor.runs import COLLAPSED_RUNS, RUN_MARKER_KINDS, RunSegmenter, is_oom_event, split_runs
 from oomdoctor.scan import scan_lines
+
+if TYPE_CHECKING:  # imported where used: one small log needs neither the node nor the monitoring step
+    from oomdoctor import nodes as nodes_mod
 
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS))
 SYSTEMS = ("sglang", "vllm", "torch")
@@ -492,6 +494,8 @@ def _is_issue_export(path: str) -> bool:
             head = fh.read(4 << 20)
     except OSError:
         return False
+    from oomdoctor import issue_body
+
     return issue_body.is_issue_json(head.decode("utf-8", "replace"))
 
 
@@ -634,7 +638,11 @@ def _is_monitoring_text(path: str) -> bool:
             head = fh.read(64 << 10)
     except OSError:
         return False
-    return head.lstrip().startswith((b"# HELP DCGM_", b"# TYPE DCGM_", b"DCGM_FI_")) and monitoring.looks_like_dcgm(head)
+    if not head.lstrip().startswith((b"# HELP DCGM_", b"# TYPE DCGM_", b"DCGM_FI_")):
+        return False
+    from oomdoctor import monitoring
+
+    return monitoring.looks_like_dcgm(head)
 
 
 @dataclass
@@ -658,6 +666,8 @@ def _across_nodes(paths: list[str], stats: list[InputStats], per_input: list[lis
     multiplexed = [any(split_prefix(e.ref.text).node for e in events[:4000] if e.ref.text) for events in per_input]
     if len(per_input) < 2 and not any(multiplexed):
         return None
+    from oomdoctor import nodes as nodes_mod
+
     displays = [s.path for s in stats]
     readable = [s.kind != "issue" for s in stats]
     scans, file_nodes = nodes_mod.identify([p if ok else os.devnull for p, ok in zip(paths, readable, strict=True)], displays, [r for r in roots if r != "-"])
@@ -752,6 +762,8 @@ def _timeline_of(across: _Across | None, group: int) -> nodes_mod.Timeline | Non
         return across.timeline
     mine = across.group_nodes[group]
     tl = across.timeline
+    from oomdoctor import nodes as nodes_mod
+
     return nodes_mod.timeline({n: i for n, i in tl.nodes.items() if n in mine}, [o for o in tl.observations if o.node in mine])
 
 
@@ -759,6 +771,8 @@ def _nodes_facts(facts: Facts, tl: nodes_mod.Timeline | None, klass: str) -> str
     """The verdict's node facts (who failed first, the consequences) and the sentence that names them."""
     if tl is None or not tl.multi_node:
         return ""
+    from oomdoctor import nodes as nodes_mod
+
     node_list, consequences = nodes_mod.to_json(tl, klass)
     facts.set("node_count", len(tl.nodes))
     facts.set("_nodes", node_list)
@@ -788,6 +802,8 @@ def _other_servers_text(histories: list[tuple[_IncidentHistory, list[Any]]], cho
 def _own_names(across: _Across | None, paths: list[str]) -> set[str]:
     """The server's own pods and hosts: its nodes (kubectl prefixes, file and directory names)."""
     if across is None:
+        from oomdoctor import nodes as nodes_mod
+
         return {nodes_mod.node_of_path(p)[0] for p in paths}
     return set(across.timeline.nodes)
 
@@ -797,6 +813,8 @@ def _monitoring_facts(facts: Facts, gathered: list[dict[str, Any]], across: _Acr
     items = [g for g in gathered if g.get("kind") == "dcgm"]
     if not items:
         return
+    from oomdoctor import monitoring
+
     ref = LineRef(path=items[0]["path"], line=0, text="dcgm evidence")
     facts.set("_monitoring_gpus", monitoring.gpus_json(items), ref)
     samples = [s for item in items for s in item.get("samples") or []]

@@ -252,8 +252,13 @@ def run(
     oom_kills: Callable[[], tuple[int, str] | None] = procinfo.cgroup_oom_kills,
     keep_mb: float = DEFAULT_KEEP_MB,
     log_opener: Callable[[Path, str], BinaryIO] | None = None,
+    textfile_dir: str | None = None,
 ) -> int:
-    """Run ``cmd`` under the recorder in a new run directory under ``out_dir``; return the child's exit code (128+N when killed by signal N)."""
+    """Run ``cmd`` under the recorder in a new run directory under ``out_dir``; return the child's exit code (128+N when killed by signal N).
+
+    ``textfile_dir``: when the server OOMs (or exits abnormally), also write the diagnosis as Prometheus samples to
+    ``textfile_dir/oomdoctor.prom`` (node_exporter's textfile collector; replaced atomically).
+    """
     root = Path(out_dir)
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -262,7 +267,7 @@ def run(
         raise OutputError(f"{out_dir}: cannot create the run directory ({exc.strerror or exc})") from None
     lock_fd = lock_run_dir(out)
     try:
-        return _record(cmd, root, out, interval_ms, nvml_module, psutil_module, stdout, stderr, keep_samples, clock, redact, oom_kills, int(keep_mb * 1e6), log_opener)
+        return _record(cmd, root, out, interval_ms, nvml_module, psutil_module, stdout, stderr, keep_samples, clock, redact, oom_kills, int(keep_mb * 1e6), log_opener, textfile_dir)
     finally:
         os.close(lock_fd)  # the lock file stays: removing it would race a recorder that opened it
 
@@ -282,6 +287,7 @@ def _record(
     oom_kills: Callable[[], tuple[int, str] | None],
     keep_bytes: int = DEFAULT_KEEP_MB * 1000 * 1000,
     log_opener: Callable[[Path, str], BinaryIO] | None = None,
+    textfile_dir: str | None = None,
 ) -> int:
     stdout = stdout or sys.stdout.buffer
     stderr = stderr or sys.stderr.buffer
@@ -378,7 +384,7 @@ def _record(
             if not snapshot:
                 take_snapshot()
             _write_bundle(out, cmd, started, clock(), code, sampler, nvml, snapshot, oom_seen.is_set(), kills_before, kills_after)
-            _write_report(out, stderr)
+            _write_report(out, stderr, textfile_dir)
         else:
             _say(stderr, f"oomdoctor: the server exited cleanly; log at {out / 'server.log'}")
     except OSError as exc:
@@ -463,7 +469,10 @@ def _write_bundle(
     (out / "samples.json").write_text(json.dumps({"kind": SAMPLES_KIND, "interval_s": sampler.interval_s if sampler else None, "samples": samples, "unavailable": unavailable}, sort_keys=True) + "\n")
 
 
-def _write_report(out: Path, stderr: BinaryIO) -> None:
+TEXTFILE_NAME = "oomdoctor.prom"
+
+
+def _write_report(out: Path, stderr: BinaryIO, textfile_dir: str | None = None) -> None:
     from oomdoctor.api import diagnose, load_rules
     from oomdoctor.errors import OomdoctorError
     from oomdoctor.render import html, json_out
@@ -476,8 +485,25 @@ def _write_report(out: Path, stderr: BinaryIO) -> None:
         (out / "diagnosis.json").write_text(json_out.render(view))
         note = f"oomdoctor: {view['verdict']['class']}: {_first_change(view)}report at {out / 'report.html'}"
     except OomdoctorError as exc:
-        note = f"oomdoctor: no report: {exc}"
+        _say(stderr, f"oomdoctor: no report: {exc}")
+        return
     _say(stderr, note)
+    if textfile_dir is not None:
+        _write_textfile(view, Path(textfile_dir), stderr)
+
+
+def _write_textfile(view: dict[str, Any], directory: Path, stderr: BinaryIO) -> None:
+    """The diagnosis as samples for node_exporter's textfile collector (atomic); a failure is said, never raised."""
+    from oomdoctor.render import prometheus
+
+    path = directory / TEXTFILE_NAME
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        prometheus.write_textfile(view, str(path))
+    except (OSError, RuntimeError) as exc:
+        _say(stderr, f"oomdoctor: cannot write {path} ({getattr(exc, 'strerror', None) or exc})")
+        return
+    _say(stderr, f"oomdoctor: fleet samples at {path}")
 
 
 def _first_change(view: dict[str, Any]) -> str:

@@ -8,9 +8,9 @@ as events of kind KIND_REPORTED. Anything else streams through unchanged.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator
 
-from oomdoctor import issue_body
 from oomdoctor.evidence import Event, LineRef
 from oomdoctor.limits import whole_if_small
 
@@ -18,6 +18,26 @@ KIND_REPORTED = "reported_fact"
 # An issue body to triage is small; larger inputs are logs and stream as they are.
 ISSUE_MAX_BYTES = 4 << 20
 _ISSUE_SUFFIXES = (".md", ".markdown", ".mdown")
+# A superset of issue_body._DETAILS_OPEN_RE's matches (same flags, no \b).
+_DETAILS_RE = re.compile(r"<details", re.I)
+
+
+def _may_be_issue(text: str, path: str) -> bool:
+    """False only when issue_body cannot take ``text`` for a bug report: keeps issue_body off a plain log's start.
+
+    A JSON export is valid JSON (issue_body.is_issue_json); a markdown report needs a fence (``` or ~~~) or a <details> tag
+    (issue_body.looks_like_issue), so a head without either character sequence is a log.
+    """
+    if path.lower().endswith(_ISSUE_SUFFIXES):
+        return True
+    if text.lstrip()[:1] in ("{", "["):  # a log line may start with "[" too: only valid JSON can be an export
+        try:
+            json.loads(text)
+            return True
+        except (ValueError, RecursionError):
+            pass
+    head = text[:65536]
+    return "```" in head or "~~~" in head or ("<" in head and _DETAILS_RE.search(head) is not None)
 
 
 def issue_chunks(chunks: Iterable[bytes], path: str, display: str, on_issue: Callable[[list[Event]], None]) -> Iterator[bytes]:
@@ -27,6 +47,11 @@ def issue_chunks(chunks: Iterable[bytes], path: str, display: str, on_issue: Cal
         yield from rest
         return
     text = data.decode("utf-8", "replace")
+    if not _may_be_issue(text, path):
+        yield data
+        return
+    from oomdoctor import issue_body
+
     markdown: str | None = None
     if issue_body.is_issue_json(text):
         markdown = issue_body.thread_markdown(json.loads(text))

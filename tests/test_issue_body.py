@@ -65,3 +65,17 @@ def test_an_issue_export_with_comments_is_one_incident(run_cli, tmp_path) -> Non
 def test_a_plain_log_is_not_taken_for_an_issue() -> None:
     text = (FIXTURES / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log").read_text()
     assert not issue_body.looks_like_issue(text)
+
+
+def test_the_cheap_bug_report_check_never_hides_a_report() -> None:
+    """issue_input._may_be_issue keeps issue_body off plain logs, but never says no where issue_body would say yes."""
+    from oomdoctor.issue_input import _may_be_issue
+
+    body = BODY.read_text()
+    assert _may_be_issue(body, "x.log") and issue_body.looks_like_issue(body)
+    export = json.dumps({"number": 1, "title": "t", "body": body})
+    assert _may_be_issue(export, "x.log") and issue_body.is_issue_json(export)
+    for log in sorted(FIXTURES.glob("*/pos_*.log")):
+        text = log.read_text(errors="replace")
+        if not _may_be_issue(text, str(log)):
+            assert not issue_body.looks_like_issue(text) and not issue_body.is_issue_json(text), log.name
