@@ -53,6 +53,7 @@ def _report(d: Diagnosis, data: dict[str, Any]) -> dict[str, Any]:
         report["gpus"] = _sglang_bars(f, d.readings) or _torch_bars(f)
     if not report["gpus"]:
         report["gpus"] = _token_pool_bar(f, d.readings)
+    _mark_first_failure(report["gpus"], f)
     report["recommended_gpu"] = _recommended_bar(d, f)
     report["legend"] = _legend(report["gpus"] + ([report["recommended_gpu"]] if report["recommended_gpu"] else []))
     report["timeline"] = _timeline(d.readings)
@@ -409,3 +410,15 @@ def _environment(f: Facts | None) -> dict[str, Any]:
         "gpu_names": ", ".join(f.get("gpu_names")) if f.get("gpu_names") else None,
     }
     return {k: v for k, v in env.items() if v is not None}
+
+
+def _mark_first_failure(bars: list[dict[str, Any]], f: Facts) -> None:
+    """Across nodes, the bar of the rank that failed first says so, with its node (the cause, not a consequence)."""
+    node, rank = f.get("failing_node"), f.get("failing_rank")
+    if not node or not rank:
+        return
+    short = str(rank).split("/")[-1]
+    for bar in bars:
+        if bar.get("name") in (rank, short):
+            bar["name"] = f"{node} {short}: failed first"
+            bar["failed_first"] = True

@@ -131,3 +131,10 @@ def test_clock_skew_tolerance_and_mixed_precision() -> None:
     assert [o.node for o in tl.consequences] == ["c"]  # listed, never the cause, even when earlier
     assert "within the clock-skew tolerance" in nodes.summary(tl)
     assert nodes.ts_key("2026-01-01T10:00:00.123456789Z") == nodes.ts_key("2026-01-01 10:00:00.123456")
+
+
+def test_the_html_marks_the_bar_of_the_rank_that_failed_first(run_cli) -> None:
+    html = run_cli("diagnose", str(MN / "pos_sglang_tp16_two_nodes"), "--format", "html").out
+    assert "node1 TP9: failed first" in html
+    single = run_cli("diagnose", str(FIXTURES / "runtime-activation-oom" / "pos_prefill_oom_2026.log"), "--format", "html").out
+    assert "failed first" not in single
