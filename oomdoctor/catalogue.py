@@ -7,11 +7,10 @@ the command that would provide it.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from functools import cache
 
-from oomdoctor._toml import tomllib
+from oomdoctor._toml import data_text, tomllib
 
 TYPES = ("bool", "bytes", "fraction", "count", "tokens", "int", "number", "str", "list", "object")
 
@@ -76,15 +75,9 @@ def parse(text: str) -> Catalogue:
     return Catalogue(facts=facts, sources=sources)
 
 
-def _read_data(name: str) -> str:
-    # Read from the package folder directly: importlib.resources would cost the diagnose path ~8 ms of imports.
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", name), encoding="utf-8") as fh:
-        return fh.read()
-
-
 @cache
 def load() -> Catalogue:
-    return parse(_read_data("facts.toml"))
+    return parse(data_text("facts.toml"))
 
 
 def declared(name: str) -> bool:

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-from oomdoctor._toml import tomllib
+from oomdoctor._toml import data_text, tomllib
 from oomdoctor.errors import GpuNotFound
 from oomdoctor.units import GIB, MIB
-
-_TABLE = Path(__file__).resolve().parent / "data" / "gpus.toml"
 
 
 @dataclass(frozen=True)
@@ -33,7 +30,7 @@ class CardClass:
 @cache
 def _table() -> dict[str, Any]:
     # Read from the package folder directly: importlib.resources would cost the diagnose path an import.
-    return tomllib.loads(_TABLE.read_text(encoding="utf-8"))
+    return tomllib.loads(data_text("gpus.toml"))
 
 
 def gpu_table() -> list[Gpu]:

@@ -8,13 +8,12 @@ milestones, loader or capture progress, serving traffic), nothing. The tables ar
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from oomdoctor._toml import tomllib
+from oomdoctor._toml import data_text, tomllib
 from oomdoctor.evidence import Event, LineRef
 
 SOURCES = ("engine", "frames", "context", "none")
@@ -110,15 +109,9 @@ def parse_tables(text: str) -> Tables:
     return Tables(phases, frames, context, milestones)
 
 
-def _read_data(name: str) -> str:
-    # Read from the package folder directly: importlib.resources would cost the diagnose path ~8 ms of imports.
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", name), encoding="utf-8") as fh:
-        return fh.read()
-
-
 @cache
 def tables() -> Tables:
-    return parse_tables(_read_data("phases.toml"))
+    return parse_tables(data_text("phases.toml"))
 
 
 def classify_frames(frames: tuple[tuple[str, str], ...] | list[tuple[str, str]] | None) -> str | None:
