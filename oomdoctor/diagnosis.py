@@ -236,6 +236,8 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
     for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS):
         if line.system:
             stats.system_hints[line.system] = stats.system_hints.get(line.system, 0) + 1
+        if line.node:
+            stats.node_prefixed = True
         # Traceback frames and their indented source lines are context, not unparsed evidence.
         if (
             line.anchored
@@ -663,8 +665,8 @@ def _event_node(event: Event, file_node: str) -> str:
 
 def _across_nodes(paths: list[str], stats: list[InputStats], per_input: list[list[Event]], roots: list[str]) -> _Across | None:
     """Nodes, roles and the cross-node timeline; None for one input from one node (nothing to do)."""
-    multiplexed = [any(split_prefix(e.ref.text).node for e in events[:4000] if e.ref.text) for events in per_input]
-    if len(per_input) < 2 and not any(multiplexed):
+    # The scanner already split every prefix: a single input needs this step only when a prefix named a node.
+    if len(per_input) < 2 and not any(s.node_prefixed for s in stats):
         return None
     from oomdoctor import nodes as nodes_mod
 

@@ -33,6 +33,7 @@ class Line:
     ts: str | None = None
     anchored: bool = True  # False for a context line read only because it follows an anchor
     system: str | None = None  # the serving system the line's prefix style belongs to, if any
+    node: str | None = None  # the node a multiplexing prefix names (kubectl --prefix, srun -l, Ray ip=)
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,8 @@ class InputStats:
     long_lines: int = 0
     warnings: list[str] = field(default_factory=list)
     system_hints: dict[str, int] = field(default_factory=dict)
+    # A line prefix named a node (kubectl --prefix, srun -l, Ray): the input multiplexes several.
+    node_prefixed: bool = False
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:

@@ -215,7 +215,8 @@ def scan_lines(
     for chunk in chunks:
         found = choose(anchors, len(chunk)).anchored_lines(chunk)
         hits = [start for start, _ in found]
-        wanted: set[int] = set(hits)
+        hit_set = set(hits)
+        wanted: set[int] = set(hit_set)
         for start, i in found:
             if i not in before_ids:
                 continue
@@ -240,7 +241,6 @@ def scan_lines(
                     break
                 wanted.add(pos)
                 pos = chunk.find(b"\n", pos) + 1
-        hit_set = set(hits)
         prev = 0
         lineno = base + 1  # number of the line that starts at offset `prev`
         for start in sorted(wanted):
@@ -262,7 +262,7 @@ def scan_lines(
                 text = strip_ansi(raw).rstrip()
                 if len(text) > MAX_TEXT_CHARS:
                     text = text[:MAX_TEXT_CHARS] + "…"
-                yield Line(ref=LineRef(path=path, line=lineno, rank=rank, text=text, ts=stripped.ts), msg=stripped.msg, ts=stripped.ts, anchored=start in hit_set, system=stripped.system)
+                yield Line(ref=LineRef(path=path, line=lineno, rank=rank, text=text, ts=stripped.ts), msg=stripped.msg, ts=stripped.ts, anchored=start in hit_set, system=stripped.system, node=stripped.node)
         # lineno - 1 lines end before `prev`; the rest of the chunk's newlines come after it.
         base = lineno - 1 + chunk.count(b"\n", prev)
         counter[0] = base

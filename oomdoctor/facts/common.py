@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oomdoctor import phase
 from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.facts.store import Facts
 from oomdoctor.parsers import sglang as sg
@@ -17,24 +18,6 @@ _TORCH_KINDS = {tt.KIND_OOM, tt.KIND_DRIVER_OOM, tt.KIND_HOST_OOM}
 OOM_KINDS = (tt.KIND_OOM, tt.KIND_DRIVER_OOM)
 
 _FRAME_SYSTEMS = (("vllm", ("/vllm/", "vllm_ascend", "/vllm_omni/")), ("sglang", ("/sglang/", "sglang_omni")))
-
-# Where the server is after each startup milestone (SGLang and vLLM), read in log order.
-_STAGE_AFTER: dict[str, str] = {
-    sg.KIND_LOAD_BEGIN: "weight_loading",
-    sg.KIND_LOAD_END: "kv_pool",
-    **dict.fromkeys((sg.KIND_KV_ALLOCATED, sg.KIND_POOL_END, sg.KIND_GRAPH_END), "startup"),
-    **dict.fromkeys((sg.KIND_GRAPH_BEGIN, sg.KIND_GRAPH_BAR), "cuda_graph"),
-    **dict.fromkeys((sg.KIND_SUMMARY, sg.KIND_READY, vl.KIND_READY), "forward"),
-    vl.KIND_LOAD_START: "weight_loading",
-    vl.KIND_WEIGHTS: "profile",
-    vl.KIND_MM_PROFILE: "encoder",
-    **dict.fromkeys(
-        (vl.KIND_KV_AVAILABLE, vl.KIND_KV_TOKENS, vl.KIND_GPU_BLOCKS, vl.KIND_GRAPH_DONE, vl.KIND_PROFILE_BREAKDOWN, vl.KIND_PROFILE_V1),
-        "startup",
-    ),
-    vl.KIND_GRAPH_BEGIN: "cuda_graph",
-}
-
 
 def min_event(events: list[Event], key: str) -> Event | None:
     """The worst rank's reading: SGLang takes the minimum free memory across ranks."""
@@ -60,11 +43,12 @@ def last_value(events: list[Event], kind: str, key: str) -> tuple[Any, LineRef |
 
 
 def timeline_stage(events: list[Event], index: int) -> str:
-    """Where the server was when event ``index`` happened, from the startup milestones before it."""
-    stage = "unknown"
-    for event in events[:index]:
-        stage = _STAGE_AFTER.get(event.kind, stage)
-    return stage
+    """Where the server was when event ``index`` happened, from the startup milestones before it.
+
+    The milestones are the phase step's table (data/phases.toml [[milestones]]), named here in the
+    v1 stage vocabulary rules use (oom_stage).
+    """
+    return phase.legacy_stage(phase.milestone_phase(events, index)[0])
 
 
 def _system_from_frames(events: list[Event]) -> str | None:

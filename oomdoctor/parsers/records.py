@@ -72,7 +72,7 @@ _CUT_RE = lazy(
 _OOM_TEXT_RE = lazy(None, r"out\s*of\s*memory|OutOfMemory|ALLOC_FAILED|NO_MEMORY", re.I)
 # vLLM's worker wrappers name the method that failed before (or instead of) the traceback.
 _WORKER_METHOD_RE = lazy(None, r"Exception in worker \S+ while processing method (?P<method>\w+)|Error executing method '(?P<method2>\w+)'")
-_CLEAN_END_RE = lazy(None, r"Application shutdown complete|Shutting down gracefully|Exiting normally")
+_CLEAN_END_RE = lazy(("shutdown complete", "Shutting down", "Exiting"), r"Application shutdown complete|Shutting down gracefully|Exiting normally")
 
 
 class RecordParser:
