@@ -295,3 +295,15 @@ def test_deeply_nested_rule_file_gets_exit_5(run_cli, tmp_path: Path, text: str)
         res = run_cli(*args)
         assert res.code == 5, res.err
         assert "deep.toml" in res.err and "nested deeper than" in res.err
+
+
+def test_free_memory_above_the_card_is_listed_as_implausible(run_cli, tmp_path: Path) -> None:
+    """pre (free before weights) larger than the card's capacity is named, not clamped silently in the bars."""
+    log = tmp_path / "implausible_pre.log"
+    log.write_text(
+        "[2025-06-01 10:00:05 TP0] Load weight begin. avail mem=95.00 GB\n"
+        "[2025-06-01 10:00:51 TP0] Load weight end. type=Qwen3ForCausalLM, dtype=torch.bfloat16, avail mem=35.00 GB, mem usage=60.00 GB.\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.00 GiB is free. "
+        "Of the allocated memory 76.00 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.\n"
+    )
+    assert run_cli("diagnose", str(log), "--format", "json").json["implausible_values"] == ["pre 95.00 GiB > capacity 79.19 GiB"]

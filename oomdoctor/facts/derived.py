@@ -10,7 +10,7 @@ from oomdoctor.facts.common import first
 from oomdoctor.facts.store import Facts
 from oomdoctor.gpus import likely_gpu
 from oomdoctor.parsers import sglang as sg
-from oomdoctor.units import GIB
+from oomdoctor.units import GIB, gib_text
 
 # Memory on the GPU before SGLang loaded weights, beyond its own context and NCCL, that points to
 # another process (DESIGN: "other processes present at startup shrink both parts").
@@ -80,6 +80,12 @@ def foreign_facts(f: Facts, events: list[Event]) -> None:
     if unbalanced is not None and unbalanced.get("local_free_bytes") and unbalanced.get("min_free_bytes") is not None:
         f.set("unbalanced_gap_bytes", budget.unbalanced_gap_bytes(unbalanced.get("local_free_bytes"), unbalanced.get("min_free_bytes")), unbalanced.ref)
     capacity, pre = f.get("capacity_bytes"), f.get("pre_bytes")
+    if capacity and pre and pre > capacity:
+        # Free memory above the card's total: one of the two figures is wrong (another card's line,
+        # a misprint). Say so in implausible_values rather than let the bars clamp it silently.
+        listed = tuple(f.get("implausible_values") or ())
+        note = f"pre {gib_text(pre)} > capacity {gib_text(capacity)}"
+        f.set("implausible_values", (*listed, note), f.ref("pre_bytes"), f.ref("capacity_bytes"))
     if capacity and pre:
         foreign = budget.sglang_startup_foreign_bytes(capacity, pre, f.get("init_mem_usage_bytes") or 0)
         f.set("startup_foreign_bytes", foreign.value, f.ref("capacity_bytes"), f.ref("pre_bytes"), derivation=foreign)
