@@ -159,7 +159,7 @@ def _fold(title: str, body: str) -> str:
 
 def _answer_body(view: dict[str, Any]) -> str:
     from oomdoctor.mdsafe import escape_markdown_html
-    from oomdoctor.render.text import step_value
+    from oomdoctor.render.text import step_line
 
     v = view["verdict"]
     report = view.get("report", {})
@@ -175,7 +175,7 @@ def _answer_body(view: dict[str, Any]) -> str:
     steps = [s for r in recs[:1] for s in r.get("derivation", [])]
     if steps:
         work = "\n".join(
-            f"- {escape_markdown_html(s['step'])}: {escape_markdown_html(s['formula'])} → {escape_markdown_html(step_value(s['value'], s.get('unit', '')))}" for s in steps[:20]
+            f"- {escape_markdown_html(step_line(s, '→'))}" for s in steps[:20]
         )
         lines += [_fold("How the value was computed", work), ""]
     lines.append(_footer(view))

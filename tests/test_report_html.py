@@ -449,3 +449,11 @@ def test_bar_arithmetic_agrees_with_budget() -> None:
         assert bar["kv_budget_bytes"] == budget.vllm_kv_budget_bytes(total, u, non_kv)
         assert bar["limit_bytes"] == round(total * u)
         assert sum(s["bytes"] for s in bar["segments"]) == total  # the bar fills the card, never overruns it
+
+
+def test_a_derivation_step_prints_its_result_once(run_cli) -> None:
+    """'0.7 * 78.00 GiB - 60.00 GiB = -5.40 GiB -> -5.40 GiB' printed the result twice (trust issue)."""
+    seed = REPO / "tests" / "fixtures" / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"
+    for fmt in ("text", "markdown"):
+        out = run_cli("diagnose", str(seed), "--format", fmt).out
+        assert "= -5.40 GiB" in out and "-5.40 GiB -> -5.40 GiB" not in out

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from oomdoctor.mdsafe import escape_markdown_cell, escape_markdown_html
-from oomdoctor.render.text import fmt, recommendation_head, step_value
+from oomdoctor.render.text import fmt, recommendation_head, step_line
 from oomdoctor.units import format_bytes
 
 LIMIT = 60_000
@@ -126,7 +126,7 @@ def _details(view: dict) -> list[list[str]]:
             block.append(_fence("\n".join(lines)))
         for r in f["recommendations"]:
             if r["derivation"]:
-                steps = "\n".join(f"{s['step']}: {s['formula']} -> {step_value(s['value'], s.get('unit', ''))}" for s in r["derivation"])
+                steps = "\n".join(step_line(s) for s in r["derivation"])
                 block += ["", f"Derivation of `{recommendation_head(r)}`:", "", _fence(steps)]
         block += ["", "</details>", ""]
         blocks.append(block)

@@ -26,6 +26,15 @@ def step_value(value: Any, unit: str) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def step_line(s: dict, arrow: str = "->") -> str:
+    """One derivation step as a line; its result once, even where the formula already ends with it."""
+    value = step_value(s["value"], s.get("unit", ""))
+    formula = s["formula"]
+    if formula.rstrip().endswith(f"= {value}"):
+        return f"{s['step']}: {formula}"
+    return f"{s['step']}: {formula} {arrow} {value}"
+
+
 def fmt(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
@@ -83,7 +92,7 @@ def _finding(f: dict, primary: bool, report: dict | None = None) -> list[str]:
                 lines.append(f"    with {recommendation_head(c)}")
             lines.append(f"    why: {r['why']}")
             for s in r["derivation"]:
-                lines.append(f"    - {s['step']}: {s['formula']} -> {step_value(s['value'], s.get('unit', ''))}")
+                lines.append(f"    - {step_line(s)}")
     for p in f.get("processes", []):
         pid = p["pid"] if p["pid"] is not None else ("(this process)" if p["is_self"] else "(unidentified)")
         lines.append(f"  process {pid}: {format_bytes(p['used_bytes'])} ({process_label(p)})")
