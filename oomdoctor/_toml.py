@@ -1,19 +1,49 @@
-"""TOML parsing on every supported Python: the standard library's tomllib from 3.11, tomli on 3.10.
+"""TOML parsing on every supported Python, and a content-keyed cache of what was parsed.
 
-tomli is tomllib's origin (same API, same TOMLDecodeError); setup.cfg requires it only where
-tomllib is missing. Import ``tomllib`` from here, never directly (tests/test_py310.py checks).
+tomllib is the standard library's from 3.11; tomli (its origin: same API, same TOMLDecodeError) on
+3.10, where setup.cfg requires it. Import ``tomllib`` from here, never directly (tests/test_py310.py
+checks); the module itself is imported only when a text has to be parsed.
+
+Why a cache: a small log's diagnosis parses about 35 TOML files (the rules, the fact catalogue, the
+phase and GPU tables), which cost ~25 ms of a ~90 ms run, more than reading and diagnosing the log.
+``loads`` keys each parsed document by a hash of its text (and this module's format version), so an
+edited rule is simply a new key; a stale entry cannot be returned. Entries are ``marshal`` data
+(dicts, lists, strings, numbers only: a document holding a TOML date is parsed every time) in
+``$OOMDOCTOR_CACHE_DIR`` (``off`` or empty turns the cache off), else ``$XDG_CACHE_HOME/oomdoctor``,
+else ``~/.cache/oomdoctor``. The directory is created 0700 and used only when it belongs to this
+user and no one else can write to it; any failure (read-only home, full disk, a damaged entry) falls
+back to parsing, so the cache can change timings, never results.
 """
 
 from __future__ import annotations
 
+import contextlib
+import marshal
+import os
 import sys
+from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+__all__ = ["cache_dir", "data_text", "loads"]  # and ``tomllib``, through __getattr__
 
-__all__ = ["tomllib"]
+# Bump when the cached form changes (it is part of every key).
+_FORMAT = b"oomdoctor-toml-cache-1"
+_cache_dir: str | bool | None = False  # False: not looked up yet; None: no usable cache
+
+
+def __getattr__(name: str) -> Any:
+    # ``from oomdoctor._toml import tomllib`` still works, but the parser is imported only by the
+    # code that parses (a cached start never needs it).
+    if name == "tomllib":
+        return _tomllib()
+    raise AttributeError(name)
+
+
+def _tomllib() -> Any:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    return tomllib
 
 
 def data_text(name: str) -> str:
@@ -22,7 +52,81 @@ def data_text(name: str) -> str:
     importlib.resources would cost the diagnose path ~8 ms of imports; the data files ship beside the
     modules (setup.cfg package_data), so a path is enough.
     """
-    import os
-
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", name), encoding="utf-8") as fh:
         return fh.read()
+
+
+def cache_dir() -> str | None:
+    """The directory of parsed-TOML entries, or None when caching is off or the place is unsafe."""
+    global _cache_dir
+    if _cache_dir is False:
+        _cache_dir = _find_cache_dir()
+    return _cache_dir  # type: ignore[return-value]
+
+
+def _find_cache_dir() -> str | None:
+    configured = os.environ.get("OOMDOCTOR_CACHE_DIR")
+    if configured is not None:
+        if configured.strip() in ("", "off", "0", "none"):
+            return None
+        path = configured
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        path = os.path.join(base, "oomdoctor")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    # Someone else's directory, or one others can write to, could hand us their data: not used.
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        return None
+    if st.st_mode & 0o022:
+        return None
+    return path
+
+
+def _key(text: str) -> str:
+    try:
+        from _blake2 import blake2b  # the builtin module: importing hashlib (OpenSSL) would cost more than it saves
+    except ImportError:  # pragma: no cover - an interpreter built without it
+        from hashlib import blake2b
+    return blake2b(_FORMAT + b"\0" + text.encode("utf-8", "surrogatepass"), digest_size=20).hexdigest()
+
+
+def loads(text: str) -> dict[str, Any]:
+    """``tomllib.loads(text)``, served from the cache when the same text was parsed before.
+
+    Raises what tomllib raises (TOMLDecodeError, RecursionError) for a text that does not parse;
+    such a text is never cached.
+    """
+    directory = cache_dir()
+    if directory is None:
+        return _tomllib().loads(text)  # type: ignore[no-any-return,unused-ignore]
+    entry = os.path.join(directory, _key(text) + ".marshal")
+    try:
+        with open(entry, "rb") as fh:
+            data = marshal.loads(fh.read())
+        if isinstance(data, dict):
+            return data
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    data = _tomllib().loads(text)
+    _store(directory, entry, data)
+    return data
+
+
+def _store(directory: str, entry: str, data: dict[str, Any]) -> None:
+    try:
+        blob = marshal.dumps(data)
+    except ValueError:  # a TOML date or time: not marshal data; parsed every time instead
+        return
+    tmp = f"{entry}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(blob)
+        os.replace(tmp, entry)  # readers see the whole entry or none
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)

@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from oomdoctor._toml import data_text, tomllib
+from oomdoctor import _toml
+from oomdoctor._toml import data_text
 
 TYPES = ("bool", "bytes", "fraction", "count", "tokens", "int", "number", "str", "list", "object")
 
@@ -54,7 +55,7 @@ class Catalogue:
 
 
 def parse(text: str) -> Catalogue:
-    data = tomllib.loads(text)
+    data = _toml.loads(text)
     sources = {str(k): str(v) for k, v in data["sources"].items()}
     facts: dict[str, FactSpec] = {}
     for name, entry in data["facts"].items():

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from oomdoctor._toml import data_text, tomllib
+from oomdoctor import _toml
+from oomdoctor._toml import data_text
 from oomdoctor.errors import GpuNotFound
 from oomdoctor.units import GIB, MIB
 
@@ -30,7 +31,7 @@ class CardClass:
 @cache
 def _table() -> dict[str, Any]:
     # Read from the package folder directly: importlib.resources would cost the diagnose path an import.
-    return tomllib.loads(data_text("gpus.toml"))
+    return _toml.loads(data_text("gpus.toml"))
 
 
 def gpu_table() -> list[Gpu]:

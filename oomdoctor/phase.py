@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from oomdoctor._toml import data_text, tomllib
+from oomdoctor import _toml
+from oomdoctor._toml import data_text
 from oomdoctor.evidence import Event, LineRef
 
 SOURCES = ("engine", "frames", "context", "none")
@@ -81,7 +82,7 @@ UNKNOWN = Phase("unknown", "none")
 
 
 def parse_tables(text: str) -> Tables:
-    data = tomllib.loads(text)
+    data = _toml.loads(text)
     phases = {
         name: PhaseSpec(name, entry["stage"], entry.get("likely_class", ""), entry.get("doc", "")) for name, entry in data["phases"].items()
     }

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from oomdoctor import catalogue
-from oomdoctor._toml import tomllib
+from oomdoctor import _toml, catalogue
 from oomdoctor.errors import RuleError
 from oomdoctor.limits import nesting_depth
 
@@ -224,10 +223,10 @@ def load_rule_file(path: Path, known_advice: Iterable[str] | None = None) -> Rul
     if len(raw) > MAX_RULE_FILE_BYTES:
         raise RuleError(f"{path}: larger than {MAX_RULE_FILE_BYTES >> 10} KiB; a rule is a short file")
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = _toml.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise RuleError(f"{path}: not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
+    except _toml.tomllib.TOMLDecodeError as exc:
         raise RuleError(f"{path}: not valid TOML ({exc})") from None
     except RecursionError:
         raise RuleError(f"{path}: nested deeper than a rule can be (at most {MAX_RULE_DEPTH} levels of tables and arrays)") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,10 @@ from oomdoctor.cli import cli
 settings.register_profile("ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("long", max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# The parsed-TOML cache (oomdoctor/_toml.py) of this test session lives in a fresh directory, never
+# the user's ~/.cache; subprocesses inherit it.
+os.environ.setdefault("OOMDOCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="oomdoctor-test-cache-"))
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
