@@ -13,8 +13,9 @@ On an OOM it writes memory_stats.json (torch.cuda.memory_stats()), the observer'
 message (oom.log, when the exception reaches the hook or ``guard``), and with ``snapshot=True`` a
 memory snapshot pickle; then the OOM propagates unchanged. ``oomdoctor diagnose DIR`` reads it.
 
-Installing touches no CUDA state: it attaches the allocator's OOM observer (a callback list) and, with
-``snapshot=True``, queues the allocation-history recording on torch.cuda's lazy-init queue, so a
+Installing touches no CUDA state: it queues the allocator's OOM observer and, with ``snapshot=True``,
+the allocation-history recording on torch.cuda's lazy-init queue (both run when the process first
+uses CUDA, in a forked worker too, or at once if it already has), so a
 process that never uses CUDA never initialises it (a fork-based launcher can still fork safely).
 CUDA is queried only inside the observer, when an OOM happens. This module imports only the
 standard library (it runs inside the server's Python, 3.10 or later, without oomdoctor's dependencies).
@@ -110,7 +111,8 @@ def guard() -> Iterator[None]:
 def install(bundle_dir: str | None = None, snapshot: bool | None = None) -> bool:
     """Attach the OOM observer (and an excepthook that records the message); False for a torch built without CUDA.
 
-    Touches no CUDA state (no ``torch.cuda.is_available()``, no device query): see the module docstring.
+    Touches no CUDA state (no ``torch.cuda.is_available()``, no device query, and the observer itself is
+    attached from torch.cuda's lazy-init queue): see the module docstring.
     """
     bundle_dir = bundle_dir or os.environ.get(ENV_DIR)
     if not bundle_dir:
@@ -126,7 +128,10 @@ def install(bundle_dir: str | None = None, snapshot: bool | None = None) -> bool
         return False  # a CPU-only build of torch: there is no CUDA allocator to observe
     if _state["snapshot"]:
         _when_cuda_initialises(torch, lambda: torch.cuda.memory._record_memory_history(max_entries=100000))
-    attach(_observer)
+    # Attached when the process initialises CUDA itself, not now: attaching initialises the CUDA
+    # driver in this process (seen on an H200 with torch 2.11: a fork-based pool's workers then failed
+    # with "CUDA error: initialization error" although torch.cuda.is_initialized() was still False).
+    _when_cuda_initialises(torch, lambda: attach(_observer))
     previous = sys.excepthook
 
     def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:

@@ -143,10 +143,16 @@ CUDA_SPY = textwrap.dedent(
 MEMORY_SPY = "recorded = []\ndef _record_memory_history(**kw):\n    recorded.append(kw)\ndef _dump_snapshot(path):\n    open(path, 'wb').write(b'\\x80\\x04}\\x94.')\n"
 
 
+# Attaching the OOM observer initialises the CUDA driver in real torch (seen on an H200 with torch
+# 2.11: forked workers then failed with "CUDA error: initialization error"; benchmarks/gpu_record.py).
+C_SPY = "observers = []\ndef _cuda_attach_out_of_memory_observer(fn):\n    from torch import cuda\n    cuda.touched.append('attach')\n    observers.append(fn)\n"
+
+
 @pytest.fixture
 def spy_torch(fake_torch: Path) -> Path:
     (fake_torch / "torch" / "cuda" / "__init__.py").write_text(CUDA_SPY)
     (fake_torch / "torch" / "cuda" / "memory.py").write_text(MEMORY_SPY)
+    (fake_torch / "torch" / "_C.py").write_text(C_SPY)
     return fake_torch
 
 
@@ -158,15 +164,16 @@ def test_the_hook_touches_cuda_only_when_an_oom_happens(tmp_path: Path, spy_torc
         "import torch\n"
         "print('after import:', torch.cuda.touched, len(torch._C.observers), torch.cuda.memory.recorded)\n"
         "torch.cuda._init()\n"
-        "print('after init:', torch.cuda.memory.recorded)\n"
+        "print('after init:', torch.cuda.memory.recorded, len(torch._C.observers))\n"
+        "torch.cuda.touched.clear()\n"
         "torch._C.observers[0](0, 2 << 30, 79 << 30, 1 << 30)\n"
         "print('after oom:', torch.cuda.touched)\n"
     )
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{SITE_DIR}:{spy_torch}", "OOMDOCTOR_CAPTURE_DIR": str(tmp_path / "oom"), "OOMDOCTOR_CAPTURE_SNAPSHOT": "1"}
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path)
     lines = r.stdout.splitlines()
-    assert lines[0] == "after import: [] 1 []", r.stderr  # observer attached, CUDA untouched, history only queued
-    assert lines[1] == "after init: [{'max_entries': 100000}]"  # recorded once the program initialised CUDA
+    assert lines[0] == "after import: [] 0 []", r.stderr  # CUDA untouched: observer and history only queued
+    assert lines[1] == "after init: [{'max_entries': 100000}] 1"  # both in place once the program initialised CUDA
     assert lines[2] == "after oom: ['memory_stats']"
     (bundle,) = list((tmp_path / "oom").iterdir())
     assert (bundle / "memory_stats.json").is_file() and (bundle / "snapshot.pickle").is_file()
