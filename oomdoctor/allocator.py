@@ -229,5 +229,24 @@ def stats_facts(stats: dict[str, Any], path: str = "memory_stats") -> dict[str, 
     return {k: v for k, v in out.items() if v is not None}
 
 
+def observer_figures(data: Any, path: str) -> dict[str, int] | None:
+    """The capture hook's observer record beside memory_stats (oomdoctor.capture writes it), or None.
+
+    PyTorch's caching allocator calls the observer only on its OOM path, just before raising, with the
+    request, the device's limit (its total, or the per-process fraction's maximum) and what was free:
+    so the record alone says an allocator OOM happened, even when the message was printed elsewhere
+    (a forked worker whose exception went back to the parent). Seen on an H200 with torch 2.11.
+    """
+    obs = data.get("observer") if isinstance(data, dict) else None
+    if not isinstance(obs, dict) or "alloc" not in obs:
+        return None
+    figures = {"requested_bytes": _size(obs.get("alloc"), path, "observer alloc")}
+    if obs.get("device_alloc"):
+        figures["capacity_bytes"] = _size(obs.get("device_alloc"), path, "observer device limit")
+    if obs.get("device_free") is not None:
+        figures["free_bytes"] = _size(obs.get("device_free"), path, "observer device free")
+    return figures
+
+
 def is_memory_stats(data: Any) -> bool:
     return isinstance(data, dict) and ("memory_stats" in data or any(str(k).startswith("allocated_bytes.") for k in data))

@@ -116,7 +116,11 @@ def load(path: str) -> dict[str, Any]:
         evidence = data.get("gpu_evidence") or {}
         return {"kind": "gpus", "path": path, "source": evidence.get("source"), "gpus": data.get("gpus") or [], "driver_version": evidence.get("driver_version"), "manifest": data}
     if allocator.is_memory_stats(data):
-        return {"kind": "memory_stats", "path": path, **allocator.stats_facts(allocator.memory_stats_of(data, path), path)}
+        item = {"kind": "memory_stats", "path": path, **allocator.stats_facts(allocator.memory_stats_of(data, path), path)}
+        observer = allocator.observer_figures(data, path)
+        if observer:
+            item["observer"] = observer
+        return item
     if isinstance(data, dict) and "segments" in data:
         return {"kind": "snapshot", "path": path, **allocator.snapshot_facts(data, path)}
     raise InputError(f"{path}: JSON is neither an oomdoctor bundle manifest, memory_stats nor a snapshot")

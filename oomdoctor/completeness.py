@@ -67,6 +67,8 @@ def assess(events: list[Event], records: list[Event], cuts: list[Event], total_l
     if cuts and not oom_decided:
         c = cuts[-1]
         return Completeness("incomplete", f"the paste was cut at line {c.ref.line} ('{c.get('text')}')", c.ref)
+    if total_lines == 0 and any(e.get("source") == "capture_observer" for e in events):
+        return Completeness("fragment", "the capture hook's record of the OOM alone: no input holds the message, the traceback or the server's log")
     if total_lines <= _FRAGMENT_MAX_LINES and engine_events == 0:
         return Completeness("fragment", f"a quoted message of {total_lines} line(s) without the log around it")
     return Completeness("complete")

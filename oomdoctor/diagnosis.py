@@ -574,6 +574,9 @@ def _diagnose(paths: list[str], rules: list[Rule], system: str | None, recommend
     hint = max(sorted(hints), key=lambda k: hints[k]) if hints else None
     line_counts = {s.path: s.lines for s in stats_list}
     across = _across_nodes(read_paths, stats_list[: len(read_paths)], per_input, log_paths)
+    observed = _observer_oom(gathered) if across is None and not any(is_oom_event(e) for events in per_input for e in events) else None
+    if observed is not None:
+        per_input.append([observed])
     groups = across.groups if across is not None else [per_input]
     histories: list[tuple[_IncidentHistory, list[Any]]] = []
     for g, streams in enumerate(groups):
@@ -947,6 +950,22 @@ FETCH_REST = (
     "the whole log from the server's start to its end: `kubectl logs --previous POD` (a restarted pod), "
     "`journalctl -u UNIT --no-pager`, `docker logs CONTAINER`, or the log file itself"
 )
+
+
+def _observer_oom(gathered: list[dict[str, Any]]) -> Event | None:
+    """An allocator OOM known only from the capture hook's observer record (allocator.observer_figures).
+
+    The process printed its message where no input holds it (a forked worker's exception went back to
+    its parent); the observer's figures (request, device limit, free) are the message's own, so the
+    OOM is read as one, cited at the memory_stats file. None when no input holds such a record.
+    """
+    for item in gathered:
+        figures = item.get("observer")
+        if item.get("kind") == "memory_stats" and figures:
+            text = "capture observer: the allocator raised an OOM" + "".join(f", {k} {v}" for k, v in sorted(figures.items()))
+            values: dict[str, Any] = {**figures, "complete": True, "source": "capture_observer", "stage": "unknown"}
+            return Event(tt.KIND_OOM, (LineRef(path=item["path"], line=0, text=text),), values)
+    return None
 
 
 def _no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputStats]) -> Diagnosis:

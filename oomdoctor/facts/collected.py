@@ -8,7 +8,9 @@ from oomdoctor import budget
 from oomdoctor.evidence import LineRef
 from oomdoctor.facts.store import Facts
 
-_ITEM_KEYS = ("kind", "path")
+# Keys of a collected item that are not facts: its kind and path, and the capture observer's record
+# (read as an OOM event by the pipeline when no log holds the message: diagnosis._observer_oom).
+_ITEM_KEYS = ("kind", "path", "observer")
 
 
 def collected_facts(f: Facts, items: list[dict[str, Any]]) -> None:

@@ -1,0 +1,88 @@
+"""Evidence recorded on a real GPU (an H200, torch 2.11; benchmarks/gpu_record.py) read back by the tool.
+
+The logs are PyTorch's own output for OOMs provoked on purpose, the bundles what the capture hook and
+`oomdoctor collect` / `oomdoctor run` wrote there (tests/fixtures/README.md, "Recorded on a GPU").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+
+GPU = FIXTURES / "gpu-recorded"
+GIB = 1 << 30
+
+
+def _json(run_cli, *paths: Path) -> dict:
+    r = run_cli("diagnose", "--format", "json", *map(str, paths))
+    assert r.code in (0, 3, 4), r.err
+    return r.json
+
+
+@pytest.mark.parametrize(
+    ("case", "klass", "rule"),
+    [
+        ("oom_foreign.log", "foreign_process", "oom-foreign-process"),
+        ("capture-foreign", "foreign_process", "oom-foreign-process"),
+        ("oom_fragmentation.log", "fragmentation", "allocator-fragmentation"),
+        ("oom_too_big.log", "unknown_oom", "request-larger-than-card"),
+        ("oom_too_big_expandable.log", "unknown_oom", "request-larger-than-card"),
+        ("capture-too-big", "unknown_oom", "request-larger-than-card"),
+        ("run-forked-server", "unknown_oom", "request-larger-than-card"),
+        # The worker's exception went back to its parent: only the capture hook's observer saw the OOM.
+        ("capture-forked-worker", "unknown_oom", "request-larger-than-card"),
+    ],
+)
+def test_recorded_ooms_get_their_class(run_cli, case: str, klass: str, rule: str) -> None:
+    v = _json(run_cli, GPU / case)["verdict"]
+    assert (v["class"], v["rule"]) == (klass, rule)
+
+
+def test_the_capture_bundle_of_a_fragmented_allocator_is_fragmentation_with_its_figures(run_cli) -> None:
+    view = _json(run_cli, GPU / "capture-fragmentation")
+    assert (view["verdict"]["class"], view["verdict"]["rule"]) == ("fragmentation", "allocator-stats-fragmentation")
+    msg = view["findings"][0]["message"]
+    # memory_stats' split segments and the snapshot's largest free block: 50 holes of 1 GiB, a 3 GiB request.
+    assert "50.00 GiB in split segments" in msg and "the largest 1.00 GiB" in msg and "3.00 GiB was requested" in msg
+
+
+def test_the_foreign_process_is_named_with_its_size(run_cli) -> None:
+    r = run_cli("diagnose", str(GPU / "oom_foreign.log"))
+    assert r.code == 3
+    assert "PID 542" in r.out and "109.79 GiB" in r.out and "8.00 GiB the failed allocation lacked" in r.out
+
+
+def test_collect_while_the_other_process_held_the_card_agrees(run_cli) -> None:
+    view = _json(run_cli, GPU / "oom_foreign.log", GPU / "collect-foreign" / "manifest.json")
+    assert view["verdict"]["class"] == "foreign_process"
+    manifest = json.loads((GPU / "collect-foreign" / "manifest.json").read_text())
+    (gpu,) = manifest["gpus"]
+    assert gpu["name"] == "NVIDIA H200" and gpu["total_bytes"] == 150754820096
+    assert [p["pid"] for p in gpu["processes"]] == [542] and gpu["processes"][0]["used_bytes"] > 100 * GIB
+
+
+def test_an_observer_record_alone_is_an_oom_said_to_be_a_fragment(run_cli) -> None:
+    view = _json(run_cli, GPU / "capture-forked-worker")
+    assert view["verdict"]["evidence"] == "fragment" and "capture hook's record" in view["verdict"]["evidence_reason"]
+    cited = view["findings"][0]["evidence"][0]
+    assert cited["path"].endswith("capture-forked-worker/memory_stats.json")
+    assert view["budget"]["capacity_bytes"] == 150109880320
+
+
+def test_a_full_card_cublas_failure_stays_unknown_and_low() -> None:
+    from oomdoctor.api import diagnose
+
+    d = diagnose([str(GPU / "oom_cublas.log")])
+    assert d.oom and d.verdict_class == "unknown_oom" and d.verdict_confidence < 0.5
+
+
+def test_the_fork_matrix_that_motivated_the_lazy_observer() -> None:
+    """Recorded: an observer attached at import broke CUDA in forked workers; the hook as shipped did not."""
+    m = json.loads((GPU / "fork_matrix.json").read_text())
+    assert m["eager_attach"]["init_error"] and m["eager_attach"]["workers_with_cuda"] == 0
+    assert m["hook"]["workers_with_cuda"] == 2 and not m["hook"]["init_error"]
+    assert m["no_hook"]["workers_with_cuda"] == 2
