@@ -1,5 +1,5 @@
 """Allows ``python -m oomdoctor``."""
 
-from oomdoctor.cli import main
+from oomdoctor.entry import main
 
 main()

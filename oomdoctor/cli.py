@@ -8,98 +8,30 @@ imports torch or pynvml.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 import click
 
 from oomdoctor import __version__
-from oomdoctor.errors import (
-    ExitCode,
-    GpuEvidence,
-    GpuNotFound,
-    InputError,
-    OomdoctorError,
-    OutputError,
-    PlanFit,
-    RuleError,
-    UsageError,
-)
+from oomdoctor.console import escape_controls
+from oomdoctor.console import safe_output as _safe_output
+from oomdoctor.console import warn as _warn
+from oomdoctor.console import write_atomic as _write
+from oomdoctor.diagnose_command import latest_run_quiet as _latest_run_quiet
+from oomdoctor.diagnose_command import refuse_outputs_among_inputs as _refuse_outputs_among_inputs
+from oomdoctor.errors import ExitCode, InputError, OomdoctorError, PlanFit, UsageError
+from oomdoctor.exits import exit_code as _exit_code
 
 if TYPE_CHECKING:  # the pipeline is imported only by the commands that run it
-    from oomdoctor.diagnosis import Diagnosis
     from oomdoctor.fleet import Options as FleetOptions
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 no OOM evidence, 3 OOM diagnosed, 4 inconclusive (the input stops before a failure is evident), "
     "2 usage error, 5 unreadable or invalid input, 1 internal error, 130 interrupted."
 )
-
-
-# Errors (by class, the nearest in the error's MRO wins) to exit codes; anything else is INTERNAL.
-_ERROR_EXIT_CODES: dict[type[BaseException], ExitCode] = {
-    InputError: ExitCode.BAD_INPUT,
-    RuleError: ExitCode.BAD_INPUT,
-    OutputError: ExitCode.BAD_INPUT,
-    UsageError: ExitCode.USAGE,
-    GpuNotFound: ExitCode.USAGE,
-    click.UsageError: ExitCode.USAGE,
-    click.Abort: ExitCode.INTERRUPTED,
-    KeyboardInterrupt: ExitCode.INTERRUPTED,
-    # The reader closed the pipe (| head): what it wanted was written.
-    BrokenPipeError: ExitCode.NO_OOM,
-}
-_OUTCOME_EXIT_CODES: dict[GpuEvidence | PlanFit, ExitCode] = {
-    GpuEvidence.AVAILABLE: ExitCode.NO_OOM,
-    GpuEvidence.UNAVAILABLE: ExitCode.BAD_INPUT,
-    PlanFit.FITS: ExitCode.NO_OOM,
-    PlanFit.DOES_NOT_FIT: ExitCode.OOM_DIAGNOSED,
-}
-
-
-def _exit_code(outcome: BaseException | GpuEvidence | PlanFit | Diagnosis) -> ExitCode:
-    """The one place an outcome becomes an exit code (README "Exit codes", DESIGN §4).
-
-    ``outcome``: an exception, collect's GpuEvidence, plan's PlanFit, or diagnose's Diagnosis.
-    """
-    if isinstance(outcome, BaseException):
-        return next((_ERROR_EXIT_CODES[c] for c in type(outcome).__mro__ if c in _ERROR_EXIT_CODES), ExitCode.INTERNAL)
-    if isinstance(outcome, (GpuEvidence, PlanFit)):
-        return _OUTCOME_EXIT_CODES[outcome]
-    if outcome.inconclusive:
-        return ExitCode.INCONCLUSIVE
-    return ExitCode.OOM_DIAGNOSED if outcome.oom else ExitCode.NO_OOM
-
-
-# Terminal safety: every C0 and C1 control character but tab and newline (and DEL), from log text or
-# file names, is written as a visible escape, so an OSC title or clipboard write (OSC 52), a DCS
-# string or a BEL in a log never reaches the terminal raw.
-_CONTROLS = (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0))
-_TEXT_ESCAPES = {c: f"\\x{c:02x}" for c in _CONTROLS}
-# JSON escapes C0 itself; C1 and DEL can stand only inside its strings, where \u00XX is the same character.
-_JSON_ESCAPES = {c: f"\\u{c:04x}" for c in (0x7F, *range(0x80, 0xA0))}
-
-
-def escape_controls(text: str) -> str:
-    """``text`` with every control character except tab and newline written as ``\\xNN``."""
-    return text.translate(_TEXT_ESCAPES)
-
-
-def _safe_output(fmt: str, text: str) -> str:
-    """A rendered report as it may be written to a terminal or a file: no raw control character."""
-    return text.translate(_JSON_ESCAPES) if fmt == "json" else escape_controls(text)
-
-
-def _warn(message: str) -> None:
-    click.echo(escape_controls(f"oomdoctor: warning: {message}"), err=True)
-
-
-def _fail(message: str, code: ExitCode) -> NoReturn:
-    click.echo(escape_controls(f"oomdoctor: error: {message}"), err=True)
-    sys.exit(int(code))
 
 
 class _Group(click.Group):
@@ -141,46 +73,12 @@ def _load_rules(rules_dirs: tuple[str, ...]) -> list:
     "and print a table by class and system with the most common fixes (text or json). Unreadable inputs are listed per file; exit 0 when it ran.",
 )
 def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool, redact_pii: bool, summary: bool) -> None:
-    from oomdoctor import redact
-
     if summary:
         _summary(paths, fmt, output, bundle, rules_dirs, system, no_redact, redact_pii)
         return
-    with redact.session(pii=redact_pii and not no_redact):
-        _diagnose(paths, fmt, output, bundle, rules_dirs, system, no_redact)
+    from oomdoctor import diagnose_command
 
-
-def _diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool) -> None:
-    from oomdoctor.api import diagnose as run_diagnosis
-    from oomdoctor.view import build_view
-
-    inputs = [_latest_run(p) for p in paths]
-    _refuse_outputs_among_inputs(inputs, output, bundle)
-    rules = _load_rules(rules_dirs)
-    result = run_diagnosis(inputs, rules=rules, system=system)
-    view = build_view(result, redact=not no_redact)
-    docs = {r.id: r.docs for r in rules}
-    report = _safe_output(fmt, _render(fmt, view, docs, not no_redact))
-    for stats in result.inputs:
-        for warning in stats.warnings:
-            _warn(f"{stats.path}: {warning}")
-    if output:
-        _write(output, report)
-    else:
-        click.echo(report, nl=False)
-    if bundle:
-        from oomdoctor.bundle import write_bundle
-
-        html = _render("html", view, docs, not no_redact)
-        md = _render("markdown", view, docs, not no_redact)
-        js = _render("json", view, docs, not no_redact)
-        try:
-            notes = write_bundle(bundle, html, md, js, [s.path for s in result.inputs if s.readable], redact=not no_redact)
-        except OSError as exc:
-            raise OutputError(f"{bundle}: cannot write ({exc.strerror or exc})") from None
-        for note in notes:
-            _warn(f"bundle: {note}")
-    sys.exit(int(_exit_code(result)))
+    sys.exit(int(diagnose_command.run(paths, fmt, output, bundle, rules_dirs, system, no_redact, redact_pii)))
 
 
 def _summary(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool, redact_pii: bool) -> None:
@@ -234,106 +132,6 @@ def _summary_row(path: str, options: FleetOptions) -> dict:
         reasons = [w for s in result.inputs for w in s.warnings] or ["no readable log in it"]
         return fleet.failed(path, reasons[0])
     return fleet.row(path, view)
-
-
-def _latest_run_quiet(path: str) -> str:
-    """An `oomdoctor run --out` directory stands for its newest run (OUT/latest), without a warning per incident."""
-    from oomdoctor.flight import LATEST
-
-    link = os.path.join(path, LATEST)
-    return link if os.path.isdir(path) and os.path.islink(link) and os.path.isdir(link) else path
-
-
-def _latest_run(path: str) -> str:
-    """An `oomdoctor run --out` directory stands for its newest run (OUT/latest), said on stderr."""
-    from oomdoctor.collected import is_bundle_dir
-
-    if path == "-" or not os.path.isdir(path) or is_bundle_dir(path):
-        return path
-    from oomdoctor.flight import LATEST  # only for a directory: keeps the recorder off a plain log's start
-    link = os.path.join(path, LATEST)
-    if not os.path.islink(link):
-        return path
-    target = os.path.realpath(link)
-    root = os.path.realpath(path)
-    if os.path.dirname(target) != root or not os.path.isdir(target):
-        return path
-    _warn(f"{path}: reading the latest run, {link} -> {os.path.basename(target)} (give a run directory to read another)")
-    return link
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
-
-
-def _refuse_outputs_among_inputs(paths: list[str], output: str | None, bundle: str | None) -> None:
-    """An output that is one of the inputs (or a file inside an input directory) would destroy what it reports on."""
-    from oomdoctor.inputs import expand_paths
-
-    outs = [o for o in (output, bundle) if o]
-    if output and bundle and _same_file(output, bundle):
-        raise UsageError(f"-o and --bundle name the same file ({output})")
-    if not outs:
-        return
-    found, _ = expand_paths([p for p in paths if p != "-"])
-    for out in outs:
-        for inp in [*paths, *found]:
-            if inp != "-" and _same_file(out, inp):
-                raise UsageError(f"{out}: is one of the inputs; write the report elsewhere")
-
-
-def _render(fmt: str, view: dict, docs: dict, redacted: bool) -> str:
-    if fmt == "json":
-        from oomdoctor.render import json_out
-
-        return json_out.render(view)
-    if fmt == "markdown":
-        from oomdoctor.render import markdown
-
-        return markdown.render(view)
-    if fmt == "html":
-        from oomdoctor.render import html
-
-        return html.render(view, docs, redacted)
-    if fmt == "prometheus":
-        from oomdoctor.render import prometheus
-
-        return prometheus.render(view)
-    from oomdoctor.render import text
-
-    return text.render(view)
-
-
-def _write(path: str, content: str) -> None:
-    """Write to a temporary file beside ``path`` and rename it over: an interrupted write leaves no partial report."""
-    import tempfile
-
-    from oomdoctor.inputs import OWN_HIDDEN_PREFIX
-
-    directory, name = os.path.split(os.path.abspath(path))
-    tmp: str | None = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f"{OWN_HIDDEN_PREFIX}-{name}.", suffix=".partial", dir=directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(content)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 @cli.command(
@@ -653,27 +451,26 @@ def facts_explain(name: str, rules_dirs: tuple[str, ...]) -> None:
     click.echo(f"used by rules: {', '.join(users) if users else 'none'}")
 
 
-def main() -> None:
-    """Entry point: one place where errors become exit codes and one-line messages."""
-    try:
-        code = cli.main(standalone_mode=False)
-        sys.exit(code if isinstance(code, int) else 0)
-    except click.exceptions.NoArgsIsHelpError as exc:
-        click.echo(exc.format_message() if hasattr(exc, "format_message") else str(exc), err=True)
-        sys.exit(int(_exit_code(exc)))
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.UsageError as exc:
-        exc.show()
-        sys.exit(int(_exit_code(exc)))
-    except (click.Abort, KeyboardInterrupt) as exc:
-        _fail("interrupted", _exit_code(exc))
-    except OomdoctorError as exc:
-        _fail(str(exc), _exit_code(exc))
-    except BrokenPipeError as exc:
-        sys.exit(int(_exit_code(exc)))
-    except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes exit code 1
-        _fail(f"internal error: {type(exc).__name__}: {exc} (please report this with the input)", _exit_code(exc))
+def main(argv: list[str] | None = None) -> None:
+    """Entry point for every command click parses (oomdoctor.entry sends a plain diagnose past it)."""
+    from oomdoctor.entry import guarded
+
+    def invoke() -> int:
+        try:
+            code = cli.main(args=argv, standalone_mode=False)
+            return code if isinstance(code, int) else 0
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.format_message() if hasattr(exc, "format_message") else str(exc), err=True)
+            return int(_exit_code(exc))
+        except click.exceptions.Exit as exc:
+            return int(exc.exit_code)
+        except click.UsageError as exc:
+            exc.show()
+            return int(_exit_code(exc))
+        except click.Abort as exc:
+            raise KeyboardInterrupt from exc
+
+    sys.exit(guarded(invoke))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "oomdoctor"
 
 # Who may import the view model: the CLI, the library entry points that render, and the renderers.
-VIEW_USERS = {"oomdoctor.cli", "oomdoctor.flight", "oomdoctor.view"}
+VIEW_USERS = {"oomdoctor.cli", "oomdoctor.diagnose_command", "oomdoctor.flight", "oomdoctor.view"}
 PIPELINE = {"oomdoctor.diagnosis", "oomdoctor.facts", "oomdoctor.api", "oomdoctor.runs"}
 
 

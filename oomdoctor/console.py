@@ -1,0 +1,76 @@
+"""What the commands write to the terminal and to report files: escaped, one line per message, atomic.
+
+No click here: the click-free path of a plain ``diagnose`` (oomdoctor.entry) writes through these too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import NoReturn
+
+from oomdoctor.errors import ExitCode, OutputError
+
+# Terminal safety: every C0 and C1 control character but tab and newline (and DEL), from log text or
+# file names, is written as a visible escape, so an OSC title or clipboard write (OSC 52), a DCS
+# string or a BEL in a log never reaches the terminal raw.
+_CONTROLS = (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0))
+_TEXT_ESCAPES = {c: f"\\x{c:02x}" for c in _CONTROLS}
+# JSON escapes C0 itself; C1 and DEL can stand only inside its strings, where \u00XX is the same character.
+_JSON_ESCAPES = {c: f"\\u{c:04x}" for c in (0x7F, *range(0x80, 0xA0))}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character except tab and newline written as ``\\xNN``."""
+    return text.translate(_TEXT_ESCAPES)
+
+
+def safe_output(fmt: str, text: str) -> str:
+    """A rendered report as it may be written to a terminal or a file: no raw control character."""
+    return text.translate(_JSON_ESCAPES) if fmt == "json" else escape_controls(text)
+
+
+def echo(text: str, err: bool = False, nl: bool = True) -> None:
+    """Write ``text`` (already escaped) to stdout or stderr and flush, as click.echo does."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(text + "\n" if nl else text)
+    stream.flush()
+
+
+def warn(message: str) -> None:
+    echo(escape_controls(f"oomdoctor: warning: {message}"), err=True)
+
+
+def fail(message: str, code: ExitCode) -> NoReturn:
+    echo(escape_controls(f"oomdoctor: error: {message}"), err=True)
+    sys.exit(int(code))
+
+
+def write_atomic(path: str, content: str) -> None:
+    """Write to a temporary file beside ``path`` and rename it over: an interrupted write leaves no partial report."""
+    import tempfile
+
+    from oomdoctor.inputs import OWN_HIDDEN_PREFIX
+
+    directory, name = os.path.split(os.path.abspath(path))
+    tmp: str | None = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f"{OWN_HIDDEN_PREFIX}-{name}.", suffix=".partial", dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(content)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,96 @@
+"""The console entry point: a plain ``oomdoctor diagnose LOG...`` runs without importing click.
+
+At incident time the tool is started by hand or by a runbook step, often many times; click and its
+imports cost about as much as reading a small log. ``parse_diagnose`` reads exactly the common form of
+the command (paths, --format, -o/--output, --system, --no-redact, --redact-pii, with ``--opt value``
+or ``--opt=value``); anything else (help, --version, another command, --bundle, --rules, --summary,
+an unknown option or value, a missing path) goes to click, which parses it and words any error the
+way it always does. tests/test_entry.py checks that both parsers agree on every argv the fast one
+accepts, and that the option table below matches the click command's.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+# The diagnose options the fast path reads: option string -> (parameter, allowed values or None for
+# any value, "flag" for a switch). Defaults are those of the click command in cli.py.
+DIAGNOSE_OPTIONS: dict[str, tuple[str, tuple[str, ...] | str | None]] = {
+    "--format": ("fmt", ("text", "json", "markdown", "html", "prometheus")),
+    "-o": ("output", None),
+    "--output": ("output", None),
+    "--system": ("system", ("auto", "sglang", "vllm", "torch")),
+    "--no-redact": ("no_redact", "flag"),
+    "--redact-pii": ("redact_pii", "flag"),
+}
+DIAGNOSE_DEFAULTS: dict[str, Any] = {"fmt": "text", "output": None, "system": "auto", "no_redact": False, "redact_pii": False}
+
+
+def parse_diagnose(args: Sequence[str]) -> dict[str, Any] | None:
+    """The parameters of ``diagnose ARGS`` in its common form, or None for click to parse."""
+    params: dict[str, Any] = dict(DIAGNOSE_DEFAULTS)
+    paths: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "-" or not arg.startswith("-"):
+            paths.append(arg)
+            continue
+        name, eq, inline = arg.partition("=")
+        spec = DIAGNOSE_OPTIONS.get(name)
+        if spec is None or (eq and not name.startswith("--")):
+            return None  # unknown, or a form click reads differently (-o=x, -ox, --, -h)
+        dest, allowed = spec
+        if allowed == "flag":
+            if eq:
+                return None
+            params[dest] = True
+            continue
+        if eq:
+            value = inline
+        elif i < len(args):
+            value = args[i]
+            i += 1
+        else:
+            return None  # missing value: click says so
+        if isinstance(allowed, tuple) and value not in allowed:
+            return None  # click names the allowed values
+        params[dest] = value
+    if not paths:
+        return None
+    params["paths"] = tuple(paths)
+    return params
+
+
+def guarded(work: Callable[[], int]) -> int:
+    """Run ``work`` and return its exit code; the one place an error becomes a message and a code."""
+    from oomdoctor.console import fail
+    from oomdoctor.errors import OomdoctorError
+    from oomdoctor.exits import exit_code
+
+    try:
+        return work()
+    except KeyboardInterrupt as exc:
+        fail("interrupted", exit_code(exc))
+    except OomdoctorError as exc:
+        fail(str(exc), exit_code(exc))
+    except BrokenPipeError as exc:
+        return int(exit_code(exc))
+    except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes exit code 1
+        fail(f"internal error: {type(exc).__name__}: {exc} (please report this with the input)", exit_code(exc))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    params = parse_diagnose(args[1:]) if args[:1] == ["diagnose"] else None
+    if params is None:
+        from oomdoctor.cli import main as click_main
+
+        click_main(args)
+        return
+    from oomdoctor import diagnose_command
+
+    sys.exit(guarded(lambda: int(diagnose_command.run(**params))))

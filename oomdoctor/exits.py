@@ -1,0 +1,53 @@
+"""Outcomes and errors to exit codes: the one table (README "Exit codes", DESIGN §4).
+
+Library code raises typed errors (errors.py) or returns typed outcomes; the entry points turn them
+into an exit code here and nowhere else. click's own errors are matched by name, so that the
+click-free path of a plain ``diagnose`` (oomdoctor.entry) can use this table without importing click.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oomdoctor.errors import ExitCode, GpuEvidence, GpuNotFound, InputError, OutputError, PlanFit, RuleError, UsageError
+
+if TYPE_CHECKING:
+    from oomdoctor.diagnosis import Diagnosis
+
+# Errors (by class, the nearest in the error's MRO wins) to exit codes; anything else is INTERNAL.
+_ERROR_EXIT_CODES: dict[type[BaseException], ExitCode] = {
+    InputError: ExitCode.BAD_INPUT,
+    RuleError: ExitCode.BAD_INPUT,
+    OutputError: ExitCode.BAD_INPUT,
+    UsageError: ExitCode.USAGE,
+    GpuNotFound: ExitCode.USAGE,
+    KeyboardInterrupt: ExitCode.INTERRUPTED,
+    # The reader closed the pipe (| head): what it wanted was written.
+    BrokenPipeError: ExitCode.NO_OOM,
+}
+# click.UsageError (bad options) and click.Abort (Ctrl-C at a prompt), by module and name.
+_CLICK_EXIT_CODES: dict[tuple[str, str], ExitCode] = {
+    ("click.exceptions", "UsageError"): ExitCode.USAGE,
+    ("click.exceptions", "Abort"): ExitCode.INTERRUPTED,
+}
+_OUTCOME_EXIT_CODES: dict[GpuEvidence | PlanFit, ExitCode] = {
+    GpuEvidence.AVAILABLE: ExitCode.NO_OOM,
+    GpuEvidence.UNAVAILABLE: ExitCode.BAD_INPUT,
+    PlanFit.FITS: ExitCode.NO_OOM,
+    PlanFit.DOES_NOT_FIT: ExitCode.OOM_DIAGNOSED,
+}
+
+
+def exit_code(outcome: BaseException | GpuEvidence | PlanFit | Diagnosis) -> ExitCode:
+    """The exit code of an outcome: an exception, collect's GpuEvidence, plan's PlanFit, or diagnose's Diagnosis."""
+    if isinstance(outcome, BaseException):
+        for c in type(outcome).__mro__:
+            code = _ERROR_EXIT_CODES.get(c) or _CLICK_EXIT_CODES.get((c.__module__, c.__name__))
+            if code is not None:
+                return code
+        return ExitCode.INTERNAL
+    if isinstance(outcome, (GpuEvidence, PlanFit)):
+        return _OUTCOME_EXIT_CODES[outcome]
+    if outcome.inconclusive:
+        return ExitCode.INCONCLUSIVE
+    return ExitCode.OOM_DIAGNOSED if outcome.oom else ExitCode.NO_OOM
