@@ -8,7 +8,6 @@ milestones, loader or capture progress, serving traffic), nothing. The tables ar
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from oomdoctor import _toml
 from oomdoctor._toml import data_text
 from oomdoctor.evidence import Event, LineRef
+from oomdoctor.patterns import LazyRegex
 
 SOURCES = ("engine", "frames", "context", "none")
 # How much each source is worth when the confidence model weighs a class that depends on the phase.
@@ -33,16 +33,16 @@ class PhaseSpec:
 @dataclass(frozen=True, slots=True)
 class FrameRule:
     phase: str
-    func: re.Pattern[str] | None
-    path: re.Pattern[str] | None
+    func: LazyRegex | None
+    path: LazyRegex | None
     example: str
-    within: re.Pattern[str] | None = None  # with func: the frame's path must match this too
+    within: LazyRegex | None = None  # with func: the frame's path must match this too
 
 
 @dataclass(frozen=True, slots=True)
 class ContextRule:
     phase: str
-    pattern: re.Pattern[str]
+    pattern: LazyRegex
     example: str
     # A line that names the stage that failed (multi-stage servers) counts even after the failure.
     after_failure: bool = False
@@ -81,6 +81,12 @@ class Phase:
 UNKNOWN = Phase("unknown", "none")
 
 
+def _lazy(source: str) -> LazyRegex:
+    """A table regex compiled when first tried: a small log tries few of the ~30 frame and context
+    patterns, and compiling them all cost ~3 ms of its start (tests/test_phase_tables.py compiles every one)."""
+    return LazyRegex(None, source)
+
+
 def parse_tables(text: str) -> Tables:
     data = _toml.loads(text)
     phases = {
@@ -95,15 +101,15 @@ def parse_tables(text: str) -> Tables:
     frames = tuple(
         FrameRule(
             known(e["phase"], "frames"),
-            re.compile(e["func"]) if e.get("func") else None,
-            re.compile(e["path"]) if e.get("path") else None,
+            _lazy(e["func"]) if e.get("func") else None,
+            _lazy(e["path"]) if e.get("path") else None,
             e.get("example", ""),
-            re.compile(e["within"]) if e.get("within") else None,
+            _lazy(e["within"]) if e.get("within") else None,
         )
         for e in data.get("frames", [])
     )
     context = tuple(
-        ContextRule(known(e["phase"], "context"), re.compile(e["pattern"]), e.get("example", ""), bool(e.get("after_failure", False)))
+        ContextRule(known(e["phase"], "context"), _lazy(e["pattern"]), e.get("example", ""), bool(e.get("after_failure", False)))
         for e in data.get("context", [])
     )
     milestones = {e["kind"]: known(e["phase"], "milestones") for e in data.get("milestones", [])}

@@ -251,3 +251,18 @@ def test_diagnose_imports_neither_torch_nor_pynvml() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
     assert "HEAVY=\n" in r.stderr
     assert '"startup_kv"' in r.stdout
+
+
+@pytest.mark.parametrize("codec", ["gzip", "bz2", "lzma"])
+def test_a_damaged_compressed_log_is_read_up_to_the_damage(run_cli, tmp_path: Path, codec: str) -> None:
+    """bz2 and lzma are imported only for such files; their damage is still caught (lzma.LZMAError is not an OSError)."""
+    import importlib
+
+    log = (FIXTURES / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log").read_bytes() * 40
+    data = importlib.import_module(codec).compress(log)
+    cut = len(data) * 3 // 4
+    bad = tmp_path / f"server.log.{ {'gzip': 'gz', 'bz2': 'bz2', 'lzma': 'xz'}[codec] }"
+    bad.write_bytes(data[:cut] + b"\x00" * 64 + data[cut + 64 :])
+    r = run_cli("diagnose", str(bad))
+    assert "stream is damaged" in r.err and "Traceback" not in r.err
+    assert r.code in (3, 4, 5)
