@@ -13,6 +13,12 @@ from oomdoctor.errors import ExitCode, OutputError, UsageError
 from oomdoctor.exits import exit_code
 
 
+def import_pipeline() -> None:
+    """Import what ``run`` uses, so that the entry point can import it all with the cycle collector off."""
+    from oomdoctor import api, redact, view  # noqa: F401
+    from oomdoctor.render import text  # noqa: F401
+
+
 def run(paths: tuple[str, ...], fmt: str = "text", output: str | None = None, bundle: str | None = None, rules_dirs: tuple[str, ...] = (), system: str = "auto", no_redact: bool = False, redact_pii: bool = False) -> ExitCode:
     """Diagnose ``paths`` as one incident, write the report (stdout or ``output``) and the bundle; the exit code."""
     from oomdoctor import redact

@@ -101,3 +101,20 @@ def test_the_fast_path_writes_the_report_file_atomically(tmp_path: Path) -> None
     r = subprocess.run([sys.executable, "-m", "oomdoctor", "diagnose", "--format", "json", "-o", str(out), str(SMALL)], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 3 and r.stdout == "" and '"startup_kv"' in out.read_text()
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
+def test_the_console_script_skips_teardown_but_loses_nothing(tmp_path: Path) -> None:
+    """`oomdoctor` (console_main) ends with os._exit after flushing: same bytes, same code, files in place."""
+    script = Path(sys.executable).with_name("oomdoctor")
+    for args in (["diagnose", str(SMALL)], ["diagnose", "--format", "json", str(SMALL)], ["diagnose", str(tmp_path / "missing.log")]):
+        fast = subprocess.run([str(script), *args], capture_output=True, cwd=tmp_path)
+        slow = subprocess.run([sys.executable, "-m", "oomdoctor", *args], capture_output=True, cwd=tmp_path)
+        assert (fast.returncode, fast.stdout, fast.stderr) == (slow.returncode, slow.stdout, slow.stderr), args
+    out = tmp_path / "r.md"
+    r = subprocess.run([str(script), "diagnose", "--format", "markdown", "-o", str(out), str(SMALL)], capture_output=True, cwd=tmp_path)
+    assert r.returncode == 3 and out.read_text().startswith("## ") and sorted(p.name for p in tmp_path.iterdir()) == ["r.md"]
+    # A reader that stops after one line: the exit code is still the diagnosis's, no "Exception ignored" noise.
+    p = subprocess.Popen([str(script), "diagnose", str(SMALL)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    assert p.stdout is not None and p.stdout.readline().startswith(b"VERDICT: startup_kv")
+    p.stdout.close()
+    assert p.wait(timeout=30) == 3 and b"Exception" not in (p.stderr.read() if p.stderr else b"")
