@@ -58,11 +58,20 @@ def parse_diagnose(args: Sequence[str]) -> dict[str, Any] | None:
             return None  # missing value: click says so
         if isinstance(allowed, tuple) and value not in allowed:
             return None  # click names the allowed values
+        if dest == "output" and _click_refuses_path(value):
+            return None
         params[dest] = value
     if not paths:
         return None
     params["paths"] = tuple(paths)
     return params
+
+
+def _click_refuses_path(value: str) -> bool:
+    """What click.Path(dir_okay=False) checks of -o: an existing directory, or an existing file it cannot read."""
+    import os
+
+    return os.path.exists(value) and (os.path.isdir(value) or not os.access(value, os.R_OK))
 
 
 def guarded(work: Callable[[], int]) -> int:

@@ -63,7 +63,7 @@ def test_the_common_forms_take_the_fast_path() -> None:
     assert parse_diagnose(["a.log"]) == {**DIAGNOSE_DEFAULTS, "paths": ("a.log",)}
     assert parse_diagnose(["--format", "json", "-o", "r.json", "a.log", "b.log"])["paths"] == ("a.log", "b.log")
     assert parse_diagnose(["-", "--format=markdown", "--redact-pii"])["fmt"] == "markdown"
-    for other in (["--help"], [], ["--bundle", "x.zip", "a.log"], ["--format", "xml", "a.log"], ["--rules", "d", "a.log"], ["--summary", "a"], ["-o"]):
+    for other in (["--help"], [], ["--bundle", "x.zip", "a.log"], ["--format", "xml", "a.log"], ["--rules", "d", "a.log"], ["--summary", "a"], ["-o"], ["-o", str(FIXTURES), "a.log"]):
         assert parse_diagnose(other) is None, other
 
 
