@@ -13,6 +13,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from oomdoctor import redact
 from oomdoctor.redact import Pseudonyms, Redactor, redact_obj, redact_text
@@ -261,3 +263,148 @@ def test_every_secret_form_passes_the_one_search_prefilter() -> None:
     # PEM body lines are redacted by the block state before this filter; their BEGIN line holds a needle.
     for text in [*LINE_SECRETS.values(), PEM_LINES[0], ENCRYPTED_PEM[0]]:
         assert any(n in text.lower() for n in r._NEEDLES), text[:60]
+
+
+# --- the byte prefilter of in-flight redaction (`oomdoctor run`) ---------------------------------
+
+REPO_TESTS = Path(__file__).resolve().parent
+
+
+def _corpus_lines() -> list[str]:
+    """Every secret form the tests know, one per line (the PEM blocks line by line)."""
+    import test_markdown_bundle_redaction
+    import test_trust
+
+    return [
+        *LINE_SECRETS.values(),
+        *PEM_LINES,
+        *ENCRYPTED_PEM,
+        *test_markdown_bundle_redaction.SECRETS.values(),
+        f"launch --api-key {test_trust.SECRET} --port 30000",
+        "X-API-\u212aEY: kelvin0123456789",  # KELVIN SIGN: re.IGNORECASE takes it for a k
+        "\u017fession-token: longs0123456789",  # LONG S
+        "\u0131d-token: dotlessi0123456789",  # DOTLESS I
+        "\u0130d-token: dottedi0123456789",  # CAPITAL I WITH DOT
+        "api_key\u3000=\u3000ideographic-space-0123",
+        "token\x1c=fileseparator0123",
+        "'hf_token': 'quoted-0123456789'",
+        "x-goog-api-key=goog-hdr-secret-123",
+        "downloading with hf_abcdefghijklmnopqrstuvwxyz0123 from the cache",
+        "api_key: at-line-start-0123",
+    ]
+
+
+def _file_lines() -> list[bytes]:
+    """Every line of every fixture file and test source (which hold the corpora above as literals)."""
+    lines: list[bytes] = []
+    for path in sorted(REPO_TESTS.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            lines += path.read_bytes().split(b"\n")
+    return lines
+
+
+def _changed_by_the_redactor(line: bytes) -> bool:
+    text = line.decode("utf-8", "surrogateescape")
+    return Redactor().text(text) != text
+
+
+def test_prefilter_flags_every_line_the_redactor_changes() -> None:
+    """The prefilter may flag more lines than hold secrets, never fewer: checked on the corpora and on every fixture line."""
+    corpus = [line.encode() for line in _corpus_lines()]
+    files = _file_lines()
+    changed = [line for line in corpus + files if _changed_by_the_redactor(line)]
+    assert len(changed) > 80  # the corpora, the fixtures' own secrets and the test sources that spell them out
+    missed = [line for line in changed if not redact.secret_line_starts(line)]
+    assert missed == []
+    # And it is selective: of the ~40,000 lines, few are flagged that the redactor leaves alone.
+    flagged = [line for line in files if redact.secret_line_starts(line)]
+    assert len(flagged) < 2 * len([line for line in files if _changed_by_the_redactor(line)]) + 50
+
+
+def test_prefilter_leaves_serving_statistics_alone() -> None:
+    """'#token: 81234' and 'token usage:' are on every statistics line; none of these can hold a secret."""
+    stats = [
+        "[2026-03-02 10:00:41 TP0] Decode batch. #running-req: 233, #token: 81234, token usage: 0.28, cuda graph: True, gen throughput (token/s): 4012.55, #queue-req: 0",
+        "[2026-03-02 10:00:41 DP1 TP3] Prefill batch. #new-seq: 1, #new-token: 8192, #cached-token: 0, token usage: 0.03, #running-req: 0, #queue-req: 3, input throughput (token/s): 9120.33",
+        "[2026-03-02 10:01:04 TP0] max_total_num_tokens=287375, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=3592, context_len=40960, available_gpu_mem=10.85 GB",
+        "INFO 03-02 10:00:41 metrics.py:351] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 2044.3 tokens/s, Running: 64 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 28.1%, CPU KV cache usage: 0.0%.",
+        "(APIServer pid=1) INFO 08-19 07:51:03 [loggers.py:123] Engine 000: Avg prompt throughput: 512.3 tokens/s, Avg generation throughput: 1821.0 tokens/s, Running: 48 reqs, Waiting: 0 reqs, GPU KV cache usage: 41.2%, Prefix cache hit rate: 12.5%",
+        "[2026-03-02 10:00:41] INFO:     127.0.0.1:51234 - \"POST /v1/chat/completions HTTP/1.1\" 200 OK",
+        "[2026-03-02 10:00:41 TP0] Load weight end. type=Qwen3ForCausalLM, dtype=torch.bfloat16, avail mem=47.80 GB, mem usage=30.71 GB.",
+        "x-ratelimit-remaining-tokens: 100",
+        "skip_tokenizer_init=False, tokenizer_mode='auto', max_num_batched_tokens=8192",
+    ]
+    for line in stats:
+        assert Redactor().text(line) == line
+        assert redact.secret_line_starts(line.encode()) == [], line
+    chunk = "".join(line + "\n" for line in stats * 100).encode()
+    assert redact.secret_line_starts(chunk) == []
+
+
+def test_prefilter_engines_agree_and_name_the_line_a_match_is_on() -> None:
+    lines = [*(line.encode() for line in _corpus_lines()), *_file_lines()[:4000]]
+    data = b"\n".join(lines) + b"\n"
+    starts = redact.secret_line_starts(data)
+    assert starts == redact.secret_line_starts(data, "re")
+    assert all(s == 0 or data[s - 1 : s] == b"\n" for s in starts)
+    expected, pos = [], 0
+    for line in lines:
+        if redact.secret_line_starts(line):
+            expected.append(pos)
+        pos += len(line) + 1
+    assert starts == expected  # no match spans two lines: each is charged to its own line
+
+
+def test_prefilter_knows_every_space_and_case_fold_of_python_re() -> None:
+    """What makes a str regex match more than its bytes twin: `\\s` beyond ASCII and re.IGNORECASE folds."""
+    everything = "".join(map(chr, range(0x110000)))
+    assert set(re.findall(r"\s", everything)) - {"\n"} == set(redact._WS_CHARS)
+    beyond_ascii = everything[0x80:]
+    for letter in "abcdefghijklmnopqrstuvwxyz":
+        assert set(re.findall("(?i)" + letter, beyond_ascii)) == set(redact._FOLDS.get(letter, "")), letter
+
+
+FRAGMENTS = [
+    "token", "tokens", "api_key", "API_KEY", "HF_TOKEN", "apikey", "x-api-key", "X-Auth-Token", "x-foo-", "auth", "Authorization",
+    "authorization", "bearer ", "Basic ", "password", "passwd", "cookie", "Set-Cookie", "secret", "client-secret", "credentials",
+    "max_total_num_", "tokenizer", "#", ".", "-", "_", "'", '"', ":", "=", " ", "\t", "\x1c", "\u3000", "\xa0", "\u212a", "\u0131",
+    "\u0130", "\u017f", "é", "\r", "hf_", "sk-", "sk_live_", "AKIA", "AIza", "ghp_", "github_pat_", "glpat-", "xoxb-", "eyJ",
+    "://", "@", "user", "--api-key", "--token", "--password", "0123456789abcdef", "ABCDEFGHIJKLMNOP", "xyzXYZ0123456789",
+    "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "[2026-03-02 10:00:41 TP0] ", "None",
+]
+
+
+@given(st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=6)), min_size=1, max_size=14))
+def test_prefilter_is_a_superset_of_the_rules_on_generated_lines(parts: list[str]) -> None:
+    line = "".join(parts).replace("\n", " ")
+    data = line.encode("utf-8", "surrogateescape")
+    if _changed_by_the_redactor(data):
+        assert redact.secret_line_starts(data), line
+
+
+def test_log_bytes_equals_redacting_every_line() -> None:
+    """In-flight redaction (prefiltered, in arbitrary whole-line chunks) writes what redacting each line would."""
+    import random
+
+    corpus = [*(line.encode() for line in _corpus_lines()), b"[2026-03-02 10:00:40] raw \xff\xfe bytes and api_key=sk-proj-abcdefghijklmnop12"]
+    corpus += [f"[2026-03-02 10:00:40] {line}".encode() for line in PEM_LINES]  # a prefixed block
+    assert not _leaks(Redactor().log_bytes(b"\n".join(corpus) + b"\n").decode("utf-8", "surrogateescape"))
+    data = b"\n".join(corpus + _file_lines()) + b"\n"
+    reference = Redactor()  # line by line at each b"\\n", as the post-exit pass read server.log
+    expected = b"".join(reference.text(piece.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape") for piece in _split_newlines(data))
+    assert expected != data
+    rng = random.Random(15)
+    for _ in range(3):
+        r = Redactor()
+        out, pos = [], 0
+        while pos < len(data):
+            cut = data.rfind(b"\n", pos, pos + rng.randint(1, 300_000)) + 1
+            cut = cut if cut > pos else data.find(b"\n", pos) + 1 or len(data)
+            out.append(r.log_bytes(data[pos:cut]))
+            pos = cut
+        assert b"".join(out) == expected
+
+
+def _split_newlines(data: bytes) -> list[bytes]:
+    pieces = data.split(b"\n")
+    return [p + b"\n" for p in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
