@@ -262,12 +262,12 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
     help="Run a server under the flight recorder: each run gets its own directory OUT/<YYYYmmdd-HHMMSS> (OUT/latest points "
     "to the newest; earlier runs are never touched); the server's output passes through unchanged (and goes to RUN/server.log, "
-    "redacted when it exits), GPU memory is sampled with NVML, and on an OOM or an abnormal exit RUN gets a bundle and report.html. "
+    "redacted in flight, so secrets never reach the disk), GPU memory is sampled with NVML, and on an OOM or an abnormal exit RUN gets a bundle and report.html. "
     "Exits with the server's own exit code. Example: oomdoctor run --out rec -- python -m sglang.launch_server ...",
 )
 @click.option("--out", "out_dir", default="oomdoctor-run", show_default=True, type=click.Path(file_okay=False))
 @click.option("--interval", "interval_ms", default=500, show_default=True, type=click.IntRange(10, 60000), help="Sampling interval in ms.")
-@click.option("--no-redact", is_flag=True, help="Keep the raw server.log (secrets included); by default it is redacted when the server exits.")
+@click.option("--no-redact", is_flag=True, help="Keep the raw server.log (secrets included); by default each line is redacted in flight, before it is written.")
 @click.option(
     "--keep-mb",
     default=64,

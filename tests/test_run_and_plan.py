@@ -243,7 +243,8 @@ class _FullDisk(io.RawIOBase):
         return len(data)
 
 
-def test_run_passes_output_through_when_the_disk_is_full(tmp_path: Path) -> None:
+@pytest.mark.parametrize("redact", [False, True])
+def test_run_passes_output_through_when_the_disk_is_full(tmp_path: Path, redact: bool) -> None:
     child = "import sys\nfor i in range(2000): print(f'line {i} ' + 'y' * 100)\nsys.stderr.write('done\\n')\n"
     expected = subprocess.run([sys.executable, "-c", child], capture_output=True)
     out, err = io.BytesIO(), io.BytesIO()
@@ -254,7 +255,7 @@ def test_run_passes_output_through_when_the_disk_is_full(tmp_path: Path) -> None
         psutil_module=None,
         stdout=out,
         stderr=err,
-        redact=False,
+        redact=redact,
         log_opener=lambda path, mode: _FullDisk(1000),  # type: ignore[arg-type,return-value]
     )
     assert code == 0 and out.getvalue() == expected.stdout
