@@ -662,7 +662,7 @@ def _host_kill_lines(code: int, before: tuple[int, str] | None, after: tuple[int
 
 def _say(stderr: BinaryIO | None, line: str) -> None:
     """One line on the recorder's stderr; nothing when that is gone (the recording goes on without it)."""
-    from oomdoctor.cli import escape_controls
+    from oomdoctor.console import escape_controls
 
     if stderr is None:
         return
