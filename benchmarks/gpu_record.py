@@ -16,6 +16,10 @@ OUT_DIR/gpu_record.tar.gz, with OUT_DIR/summary.txt saying what happened. Sectio
 - oom_fragmentation: holes of 1 GiB inside one cached segment and a 3 GiB request on a full card:
   "reserved but unallocated" is large, the message suggests expandable_segments.
 - oom_cublas: a full card, then the first matrix product (cuBLAS workspace / handle).
+- oom_graphs: an OOM while a captured CUDA graph's private pool holds 60% of the card; an OOM inside
+  a graph capture; an OOM under torch.cuda.set_per_process_memory_fraction(0.25).
+- driver_oom_new_context: another process fills the card to the last MiB, then a new process creates
+  its CUDA context (a driver-level "CUDA error: out of memory", no allocator figures).
 - fork_capture: `oomdoctor run` around a server that imports torch with the capture hook injected
   through PYTHONPATH and forks CUDA workers afterwards: the hook must not initialise CUDA in the
   parent (a forked worker could not use CUDA then), and the worker's OOM must land in a bundle.
@@ -221,6 +225,82 @@ def oom_cublas(rec: Path) -> None:
     run_child("oom_cublas", CUBLAS, rec)
 
 
+GRAPH_POOL = """
+import torch
+G = 1 << 30
+free, total = torch.cuda.mem_get_info()
+static_in = torch.ones(1024, device="cuda")
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):
+    pooled = torch.empty(int(total * 0.6), dtype=torch.uint8, device="cuda")  # lives in the graph's private pool
+    out = static_in * 2
+g.replay()
+torch.cuda.synchronize()
+print("captured; private pool holds", pooled.numel(), flush=True)
+x = torch.empty(int(total * 0.5), dtype=torch.uint8, device="cuda")
+"""
+
+DURING_CAPTURE = """
+import torch
+static_in = torch.ones(1024, device="cuda")
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):
+    out = static_in * 2
+    big = torch.empty(int(200 * (1 << 30)), dtype=torch.uint8, device="cuda")
+"""
+
+FRACTION = """
+import torch
+torch.cuda.set_per_process_memory_fraction(0.25)
+x = torch.ones(1024, device="cuda")
+y = torch.empty(int(50 * (1 << 30)), dtype=torch.uint8, device="cuda")
+"""
+
+NEW_CONTEXT = """
+import torch
+x = torch.ones(1, device="cuda")  # a new process's CUDA context on a card another process filled
+print("context created", flush=True)
+"""
+
+
+@section
+def oom_graphs(rec: Path) -> None:
+    run_child("oom_graph_private_pool", GRAPH_POOL, rec)
+    run_child("oom_during_graph_capture", DURING_CAPTURE, rec)
+    run_child("oom_memory_fraction", FRACTION, rec)
+
+
+FILL_ALL = """
+import sys, torch
+free, total = torch.cuda.mem_get_info()
+held = []
+step = 1 << 30
+while step >= (1 << 20):
+    try:
+        held.append(torch.empty(step, dtype=torch.uint8, device="cuda"))
+    except torch.OutOfMemoryError:
+        step //= 2
+print("holding; free now", torch.cuda.mem_get_info()[0], flush=True)
+sys.stdin.read()
+"""
+
+
+@section
+def driver_oom_new_context(rec: Path) -> None:
+    script = rec / "fill_all.py"
+    script.write_text(textwrap.dedent(FILL_ALL))
+    holder = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env_with_repo())
+    try:
+        assert holder.stdout is not None
+        say(f"driver_oom_new_context: holder pid {holder.pid}: {holder.stdout.readline().decode().strip()}")
+        (rec / "nvidia-smi-full.txt").write_bytes(smi())
+        run_child("driver_oom_new_context", NEW_CONTEXT, rec)
+    finally:
+        if holder.stdin:
+            holder.stdin.close()
+        holder.wait(timeout=60)
+
+
 SERVER = """
 import multiprocessing as mp, os, sys
 import torch
@@ -300,7 +380,7 @@ def fork_matrix(rec: Path) -> None:
 
 @section
 def diagnose(rec: Path) -> None:
-    targets = sorted(rec.glob("oom_*.log")) + sorted(p for p in rec.glob("capture_*/capture-*") if p.is_dir()) + sorted(rec.glob("run_fork/2*"))
+    targets = sorted(rec.glob("oom_*.log")) + sorted(rec.glob("driver_*.log")) + sorted(p for p in rec.glob("capture_*/capture-*") if p.is_dir()) + sorted(rec.glob("run_fork/2*"))
     results = {}
     for t in targets:
         p = subprocess.run([sys.executable, "-m", "oomdoctor", "diagnose", "--format", "json", str(t)], capture_output=True, text=True, env=env_with_repo(), timeout=120)
@@ -320,7 +400,7 @@ def main() -> None:
     rec = out / "record"
     rec.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    for fn in (env, nvml_cost, oom_too_big, oom_foreign, oom_fragmentation, oom_cublas, fork_matrix, fork_capture, diagnose):
+    for fn in (env, nvml_cost, oom_too_big, oom_foreign, oom_fragmentation, oom_cublas, oom_graphs, driver_oom_new_context, fork_matrix, fork_capture, diagnose):
         if only is None or fn.__name__ in only:
             fn(rec)
     say(f"total: {time.perf_counter() - t:.1f} s")

@@ -615,12 +615,21 @@ def script_memory(f: Facts) -> list[Recommendation]:
         shortfall = max(requested - free, 0)
         keep = max(0.0, 1 - (shortfall + budget.runtime_margin_bytes(requested)) / allocated)
         scale = floor_to(keep, 0.05)
+        needed = shortfall + budget.runtime_margin_bytes(requested)
+        why = (
+            f"Activations scale with the batch; at most about {scale:.0%} of the current batch fits (the allocation lacked {_g(shortfall)})."
+            if scale > 0
+            # Seen on a real H200 recording: "at most about 0%" is no advice. Say what the arithmetic does show.
+            else f"Lowering the batch alone cannot be sized from these figures: the shortfall plus one more such allocation ({_g(needed)}) "
+            f"is more than all PyTorch holds ({_g(allocated)}), so the {_g(requested)} request itself must shrink (shorter sequences or chunks), "
+            "or memory held outside this allocation must be freed."
+        )
         recs.append(
             Recommendation(
                 "batch_size",
                 None,
                 "lower",
-                f"Activations scale with the batch; at most about {scale:.0%} of the current batch fits (the allocation lacked {_g(shortfall)}).",
+                why,
                 derivation=(
                     Step("shortfall plus one more such allocation", f"{_g(requested)} - {_g(free)} + margin", shortfall + budget.runtime_margin_bytes(requested), "bytes"),
                     Step("share of allocated memory to keep", f"1 - that / allocated {_g(allocated)}, rounded down to 0.05", scale, "ratio"),

@@ -86,3 +86,23 @@ def test_the_fork_matrix_that_motivated_the_lazy_observer() -> None:
     assert m["eager_attach"]["init_error"] and m["eager_attach"]["workers_with_cuda"] == 0
     assert m["hook"]["workers_with_cuda"] == 2 and not m["hook"]["init_error"]
     assert m["no_hook"]["workers_with_cuda"] == 2
+
+
+def test_a_process_memory_cap_is_named_as_the_limit(run_cli) -> None:
+    """torch.cuda.set_per_process_memory_fraction(0.25) on the H200: 50 GiB asked, 34.95 GiB allowed, 139.19 GiB free."""
+    r = run_cli("diagnose", str(FIXTURES / "process-memory-cap" / "pos_h200_fraction_quarter.log"))
+    assert r.code == 3 and "rule process-memory-cap" in r.out
+    assert "capped at 34.95 GiB" in r.out and "asked for 50.00 GiB" in r.out and "139.19 GiB free" in r.out
+
+
+def test_batch_advice_never_says_zero_percent_fits(run_cli) -> None:
+    """Recorded: 69.90 GiB asked with 55.24 GiB free and 83.88 GiB held; the old text said 'at most about 0% ... fits'."""
+    view = _json(run_cli, GPU / "oom_graph_private_pool.log")
+    (batch,) = [r for r in view["findings"][0]["recommendations"] if r["flag"] == "batch_size"]
+    assert "0%" not in batch["why"] and "request itself must shrink" in batch["why"] and "84.56 GiB" in batch["why"]
+
+
+def test_a_driver_oom_at_context_creation_stays_unknown_and_says_what_would_decide(run_cli) -> None:
+    view = _json(run_cli, GPU / "driver_oom_new_context.log")
+    assert view["verdict"]["class"] == "unknown_oom" and view["verdict"]["confidence"] < 0.5
+    assert "processes on the GPU" in view["verdict"]["summary"]
