@@ -33,6 +33,7 @@ tests/fixtures/gpu-recorded/ (see tests/fixtures/README.md) and read by tests/te
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -41,6 +42,7 @@ import tarfile
 import textwrap
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 GIB = 1 << 30
@@ -77,6 +79,21 @@ def smi(*args: str) -> bytes:
         return subprocess.run(["nvidia-smi", *args], capture_output=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         return f"nvidia-smi failed: {exc}\n".encode()
+
+
+@contextlib.contextmanager
+def holding(name: str, code: str, rec: Path) -> Iterator[tuple[int, str]]:
+    """Another process that holds GPU memory (``code`` prints one line once it holds, then waits on stdin) while the block runs."""
+    script = rec / f"{name}.py"
+    script.write_text(textwrap.dedent(code))
+    holder = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env_with_repo())
+    try:
+        assert holder.stdout is not None
+        yield holder.pid, holder.stdout.readline().decode().strip()
+    finally:
+        if holder.stdin:
+            holder.stdin.close()
+        holder.wait(timeout=60)
 
 
 def section(fn):  # type: ignore[no-untyped-def]
@@ -163,21 +180,12 @@ y = torch.empty(int(free + 8 * (1 << 30)), dtype=torch.uint8, device="cuda")
 
 @section
 def oom_foreign(rec: Path) -> None:
-    script = rec / "holder.py"
-    script.write_text(textwrap.dedent(HOLDER))
-    holder = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env_with_repo())
-    try:
-        assert holder.stdout is not None
-        line = holder.stdout.readline().decode()
-        say(f"oom_foreign: holder pid {holder.pid}: {line.strip()}")
+    with holding("holder", HOLDER, rec) as (pid, line):
+        say(f"oom_foreign: holder pid {pid}: {line}")
         (rec / "nvidia-smi-foreign.txt").write_bytes(smi())
         c = subprocess.run([sys.executable, "-m", "oomdoctor", "collect", "-o", str(rec / "collect_foreign")], capture_output=True, text=True, env=env_with_repo(), timeout=120)
         say(f"oom_foreign: collect exit {c.returncode}: {(c.stdout + c.stderr).strip()[:300]}")
         run_child("oom_foreign", VICTIM, rec)
-    finally:
-        if holder.stdin:
-            holder.stdin.close()
-        holder.wait(timeout=60)
 
 
 FRAG = """
@@ -287,18 +295,10 @@ sys.stdin.read()
 
 @section
 def driver_oom_new_context(rec: Path) -> None:
-    script = rec / "fill_all.py"
-    script.write_text(textwrap.dedent(FILL_ALL))
-    holder = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env_with_repo())
-    try:
-        assert holder.stdout is not None
-        say(f"driver_oom_new_context: holder pid {holder.pid}: {holder.stdout.readline().decode().strip()}")
+    with holding("fill_all", FILL_ALL, rec) as (pid, line):
+        say(f"driver_oom_new_context: holder pid {pid}: {line}")
         (rec / "nvidia-smi-full.txt").write_bytes(smi())
         run_child("driver_oom_new_context", NEW_CONTEXT, rec)
-    finally:
-        if holder.stdin:
-            holder.stdin.close()
-        holder.wait(timeout=60)
 
 
 SERVER = """
