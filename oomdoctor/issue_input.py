@@ -22,20 +22,27 @@ _ISSUE_SUFFIXES = (".md", ".markdown", ".mdown")
 _DETAILS_RE = re.compile(r"<details", re.I)
 
 
-def _may_be_issue(text: str, path: str) -> bool:
-    """False only when issue_body cannot take ``text`` for a bug report: keeps issue_body off a plain log's start.
+_NOT_JSON = object()
 
-    A JSON export is valid JSON (issue_body.is_issue_json); a markdown report needs a fence (``` or ~~~) or a <details> tag
-    (issue_body.looks_like_issue), so a head without either character sequence is a log.
+
+def _parsed_json(text: str) -> object:
+    """``text`` parsed as JSON, or _NOT_JSON; parsed once here, since an export can be megabytes."""
+    if text.lstrip()[:1] not in ("{", "["):  # a log line may start with "[" too: only valid JSON can be an export
+        return _NOT_JSON
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return _NOT_JSON
+
+
+def _may_be_markdown_issue(text: str, path: str) -> bool:
+    """False only when issue_body cannot take ``text`` for a markdown bug report: keeps issue_body off a plain log's start.
+
+    A markdown report needs a fence (``` or ~~~) or a <details> tag (issue_body.looks_like_issue), so a head
+    without either character sequence is a log.
     """
     if path.lower().endswith(_ISSUE_SUFFIXES):
         return True
-    if text.lstrip()[:1] in ("{", "["):  # a log line may start with "[" too: only valid JSON can be an export
-        try:
-            json.loads(text)
-            return True
-        except (ValueError, RecursionError):
-            pass
     head = text[:65536]
     return "```" in head or "~~~" in head or ("<" in head and _DETAILS_RE.search(head) is not None)
 
@@ -47,15 +54,14 @@ def issue_chunks(chunks: Iterable[bytes], path: str, display: str, on_issue: Cal
         yield from rest
         return
     text = data.decode("utf-8", "replace")
-    if not _may_be_issue(text, path):
+    parsed = _parsed_json(text)
+    if parsed is _NOT_JSON and not _may_be_markdown_issue(text, path):
         yield data
         return
     from oomdoctor import issue_body
 
-    markdown: str | None = None
-    if issue_body.is_issue_json(text):
-        markdown = issue_body.thread_markdown(json.loads(text))
-    elif path.lower().endswith(_ISSUE_SUFFIXES) or issue_body.looks_like_issue(text):
+    markdown = issue_body.thread_markdown(parsed) if parsed is not _NOT_JSON else None
+    if markdown is None and (path.lower().endswith(_ISSUE_SUFFIXES) or issue_body.looks_like_issue(text)):
         markdown = text
     if markdown is None:
         yield data

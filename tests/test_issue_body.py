@@ -68,14 +68,18 @@ def test_a_plain_log_is_not_taken_for_an_issue() -> None:
 
 
 def test_the_cheap_bug_report_check_never_hides_a_report() -> None:
-    """issue_input._may_be_issue keeps issue_body off plain logs, but never says no where issue_body would say yes."""
-    from oomdoctor.issue_input import _may_be_issue
+    """issue_input keeps issue_body off plain logs (JSON parsed once, markdown by a cheap check), but never says no where issue_body would say yes."""
+    from oomdoctor.issue_input import _NOT_JSON, _may_be_markdown_issue, _parsed_json
+
+    def may_be_issue(text: str, path: str) -> bool:
+        return _parsed_json(text) is not _NOT_JSON or _may_be_markdown_issue(text, path)
 
     body = BODY.read_text()
-    assert _may_be_issue(body, "x.log") and issue_body.looks_like_issue(body)
+    assert may_be_issue(body, "x.log") and issue_body.looks_like_issue(body)
     export = json.dumps({"number": 1, "title": "t", "body": body})
-    assert _may_be_issue(export, "x.log") and issue_body.is_issue_json(export)
+    assert _parsed_json(export) == json.loads(export) and issue_body.is_issue_json(export)
+    assert _parsed_json("[2026-03-02 10:00:41 TP0] Decode batch") is _NOT_JSON
     for log in sorted(FIXTURES.glob("*/pos_*.log")):
         text = log.read_text(errors="replace")
-        if not _may_be_issue(text, str(log)):
+        if not may_be_issue(text, str(log)):
             assert not issue_body.looks_like_issue(text) and not issue_body.is_issue_json(text), log.name
