@@ -106,20 +106,26 @@ def main(argv: Sequence[str] | None = None, fast_exit: bool = False) -> None:
 
         click_main(args)
         return
+    code = guarded(lambda: _diagnose(params))
+    if fast_exit:
+        _exit_now(code)
+    sys.exit(code)
+
+
+def _diagnose(params: dict[str, Any]) -> int:
     import gc
 
     # Importing the pipeline allocates tens of thousands of objects and frees almost none, so the cycle
     # collector's passes during it find nothing (~4 ms of a small log); frozen, they stay out of later passes.
     gc.disable()
-    from oomdoctor import diagnose_command
+    try:
+        from oomdoctor import diagnose_command
 
-    diagnose_command.import_pipeline()
-    gc.freeze()
-    gc.enable()
-    code = guarded(lambda: int(diagnose_command.run(**params)))
-    if fast_exit:
-        _exit_now(code)
-    sys.exit(code)
+        diagnose_command.import_pipeline()
+        gc.freeze()
+    finally:
+        gc.enable()
+    return int(diagnose_command.run(**params))
 
 
 def _exit_now(code: int) -> None:
