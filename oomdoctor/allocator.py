@@ -241,10 +241,17 @@ def observer_figures(data: Any, path: str) -> dict[str, int] | None:
     if not isinstance(obs, dict) or "alloc" not in obs:
         return None
     figures = {"requested_bytes": _size(obs.get("alloc"), path, "observer alloc")}
-    if obs.get("device_alloc"):
-        figures["capacity_bytes"] = _size(obs.get("device_alloc"), path, "observer device limit")
+    limit = _size(obs.get("device_alloc"), path, "observer device limit") if obs.get("device_alloc") else None
     if obs.get("device_free") is not None:
         figures["free_bytes"] = _size(obs.get("device_free"), path, "observer device free")
+    if limit is not None:
+        # The limit is the card's total, or under set_per_process_memory_fraction the process's cap. More
+        # free than the limit can only be a cap (the message would say "N allowed"); otherwise it is read as
+        # the card (a cap above what is free cannot be told apart from the record alone).
+        if figures.get("free_bytes", 0) > limit:
+            figures["allowed_bytes"] = limit
+        else:
+            figures["capacity_bytes"] = limit
     return figures
 
 

@@ -32,8 +32,12 @@ def copy_chunks(path: str, redact: bool) -> Iterator[bytes]:
         yield text.encode("utf-8")
 
 
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "backslashreplace")
+
+
 def _arcname(path: str, used: set[str]) -> str:
-    base = plain_name(path) or "stdin.log"
+    base = _utf8(plain_name(path) or "stdin.log").decode("utf-8")
     name, n = f"inputs/{base}", 1
     while name in used:
         n += 1
@@ -68,9 +72,10 @@ def _write_zip(out_path: str, html: str, markdown: str, json_text: str, input_pa
     notes: list[str] = []
     used: set[str] = set()
     with zipfile.ZipFile(out_path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("report.html", html)
-        zf.writestr("summary.md", markdown)
-        zf.writestr("diagnosis.json", json_text)
+        # A file name that is not UTF-8 reaches the reports as a surrogate escape: written as \udcff, not a crash.
+        zf.writestr("report.html", _utf8(html))
+        zf.writestr("summary.md", _utf8(markdown))
+        zf.writestr("diagnosis.json", _utf8(json_text))
         for path in input_paths:
             if path in ("-", "<stdin>"):
                 notes.append("stdin was not kept; save it to a file to bundle it")
@@ -86,5 +91,5 @@ def _write_zip(out_path: str, html: str, markdown: str, json_text: str, input_pa
                     written += len(data)
         readme = "oomdoctor bundle: report.html (open in a browser), summary.md (paste into an issue), diagnosis.json, inputs/.\n"
         readme += ("Inputs are redacted.\n" if redact else "Inputs are NOT redacted (--no-redact).\n") + "".join(f"note: {n}\n" for n in notes)
-        zf.writestr("README.txt", readme)
+        zf.writestr("README.txt", _utf8(readme))
     return notes

@@ -59,6 +59,7 @@ class Evidence:
     message_complete: bool | None
     system_fallback: bool
     status: str  # complete | incomplete | fragment
+    observer_only: bool = False  # the OOM is known only from the capture hook's observer record
 
 
 def adjust(base: float, used: set[str], ev: Evidence) -> tuple[float, list[Factor]]:
@@ -75,7 +76,8 @@ def adjust(base: float, used: set[str], ev: Evidence) -> tuple[float, list[Facto
     if ev.system_fallback and not engine:
         factors.append(Factor("the serving system is inferred from line prefixes or frame paths", SYSTEM_FALLBACK))
     if ev.status == "fragment":
-        factors.append(Factor("a quoted message without the log around it", FRAGMENT))
+        what = "the capture hook's record of the OOM alone, without the log around it" if ev.observer_only else "a quoted message without the log around it"
+        factors.append(Factor(what, FRAGMENT))
     elif ev.status == "incomplete":
         factors.append(Factor("the input stops inside a later record", LATER_RECORD_CUT))
     value = base + sum(f.delta for f in factors)

@@ -32,8 +32,10 @@ def safe_output(fmt: str, text: str) -> str:
 
 
 def echo(text: str, err: bool = False, nl: bool = True) -> None:
-    """Write ``text`` (already escaped) to stdout or stderr and flush, as click.echo does."""
+    """Write ``text`` (already escaped) to stdout or stderr and flush, as click.echo does (nothing when that stream was closed at start)."""
     stream = sys.stderr if err else sys.stdout
+    if stream is None:
+        return
     stream.write(text + "\n" if nl else text)
     stream.flush()
 
@@ -57,7 +59,8 @@ def write_atomic(path: str, content: str) -> None:
     tmp: str | None = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f"{OWN_HIDDEN_PREFIX}-{name}.", suffix=".partial", dir=directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        # backslashreplace: a file name that is not UTF-8 (a surrogate escape) is written as \udcff, not a crash.
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
             fh.write(content)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)

@@ -17,7 +17,7 @@ from oomdoctor import __version__, advice, budget, collected, confidence
 from oomdoctor import phase as phase_step
 from oomdoctor.completeness import Completeness
 from oomdoctor.confidence import Factor
-from oomdoctor.errors import InputError
+from oomdoctor.errors import InputError, UsageError
 from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.facts import Facts, build_facts
 from oomdoctor.gpus import smallest_card_holding
@@ -403,6 +403,7 @@ def _evidence_of(facts: Facts) -> confidence.Evidence:
         message_complete=facts.get("oom_message_complete"),
         system_fallback=facts.get("system_source") in ("prefix", "frames", "fallback"),
         status=facts.get("evidence_status", "complete"),
+        observer_only=any(e.get("source") == "capture_observer" for e in facts.events) and facts.get("oom_count") == 1,
     )
 
 
@@ -518,6 +519,8 @@ def _split_evidence(paths: list[str]) -> tuple[list[str], list[str]]:
 
 def diagnose(paths: list[str], rules: list[Rule], system: str | None = None, recommenders: Mapping[str, advice.Recommender] | None = None) -> Diagnosis:
     """Read every input, find the incidents, and return the diagnosis; InputError if nothing was readable."""
+    if paths.count("-") > 1:
+        raise UsageError("'-' (standard input) is given more than once; it can be read as one input only")
     if "-" in paths:
         # Standard input is read twice (events, then the node timeline): spooled to a temporary file.
         spool_stdin()

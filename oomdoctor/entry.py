@@ -138,6 +138,8 @@ def _exit_now(code: int) -> None:
     import os
 
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # started with that descriptor closed (cron, daemons)
+            continue
         with contextlib.suppress(BrokenPipeError, ValueError):  # the reader went away (| head): what it wanted was written
             stream.flush()
     os._exit(code)

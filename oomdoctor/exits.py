@@ -42,9 +42,11 @@ def exit_code(outcome: BaseException | GpuEvidence | PlanFit | Diagnosis) -> Exi
     """The exit code of an outcome: an exception, collect's GpuEvidence, plan's PlanFit, or diagnose's Diagnosis."""
     if isinstance(outcome, BaseException):
         for c in type(outcome).__mro__:
-            code = _ERROR_EXIT_CODES.get(c) or _CLICK_EXIT_CODES.get((c.__module__, c.__name__))
-            if code is not None:
-                return code
+            # `in`, not a truthy .get(): NO_OOM is 0.
+            if c in _ERROR_EXIT_CODES:
+                return _ERROR_EXIT_CODES[c]
+            if (c.__module__, c.__name__) in _CLICK_EXIT_CODES:
+                return _CLICK_EXIT_CODES[(c.__module__, c.__name__)]
         return ExitCode.INTERNAL
     if isinstance(outcome, (GpuEvidence, PlanFit)):
         return _OUTCOME_EXIT_CODES[outcome]

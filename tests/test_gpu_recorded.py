@@ -106,3 +106,20 @@ def test_a_driver_oom_at_context_creation_stays_unknown_and_says_what_would_deci
     view = _json(run_cli, GPU / "driver_oom_new_context.log")
     assert view["verdict"]["class"] == "unknown_oom" and view["verdict"]["confidence"] < 0.5
     assert "processes on the GPU" in view["verdict"]["summary"]
+
+
+def test_an_observer_record_under_a_cap_names_the_cap(run_cli, tmp_path: Path) -> None:
+    """The observer's 'device limit' is the process's cap under set_per_process_memory_fraction: more free than that limit
+    can only be a cap, so the record is not read as a request larger than the card."""
+    import shutil
+
+    bundle = tmp_path / "capped"
+    shutil.copytree(GPU / "capture-forked-worker", bundle)
+    stats = json.loads((bundle / "memory_stats.json").read_text())
+    stats["observer"].update(alloc=40 * GIB, device_alloc=35 * GIB, device_free=139 * GIB)
+    (bundle / "memory_stats.json").write_text(json.dumps(stats))
+    r = run_cli("diagnose", str(bundle))
+    assert r.code == 3 and "rule process-memory-cap" in r.out and "capped at 35.00 GiB" in r.out
+    assert "the capture hook's record of the OOM alone" in r.out and "quoted message" not in r.out
+    # The recorded (uncapped) record still reads its limit as the card.
+    assert _json(run_cli, GPU / "capture-forked-worker")["budget"]["capacity_bytes"] == 150109880320
