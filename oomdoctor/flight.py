@@ -235,14 +235,16 @@ def _copy(src: BinaryIO, dst: BinaryIO, offset: int, size: int) -> None:
 
 
 class _LogTee:
-    """What the pumps hand RUN/server.log: chunks in arrival order, redacted in flight, written by a thread of its own.
+    """What the pumps hand RUN/server.log: whole lines in the order they completed, redacted in flight, written by a thread of its own.
 
     ``put`` only queues the chunk, so the pumps go back to the child's pipes at once. With a
     ``redactor``, each stream's chunks are cut at their last newline and the unfinished line is carried
     to that stream's next chunk, so every line is redacted whole (``Redactor.log_bytes``: the prefilter
     finds the few lines that can hold a secret, one redactor for the whole run keeps PEM blocks that
-    span lines and chunks). A line still unfinished when the other stream writes goes in as it stands,
-    so the log keeps the order the bytes arrived in; one longer than ``READ_BYTES`` is redacted in
+    span lines and chunks). Each stream keeps its own unfinished line, so the log holds whole lines in
+    the order they were completed: a line the other stream cut in two on the terminal is whole in the
+    log, and a secret split around such a write is still redacted (a fresh-eyes review found the
+    earlier arrival-order flush writing one in clear). A line longer than ``READ_BYTES`` is redacted in
     pieces of that size (the post-exit pass this replaces read lines the same way). ``close`` writes
     what is left and closes the log. If redaction itself ever failed, the log would stop there rather
     than take a line unredacted.
@@ -250,8 +252,7 @@ class _LogTee:
 
     def __init__(self, log: BoundedLog, redactor: Redactor | None) -> None:
         self.log, self.redactor = log, redactor
-        self.carry = b""
-        self.carry_stream = -1
+        self.carry: dict[int, bytes] = {}  # per stream: its unfinished line
         self.broken: str | None = None
         self.queue: queue.Queue[tuple[int, bytes] | None] = queue.Queue(maxsize=QUEUE_CHUNKS)
         self.thread = threading.Thread(target=self._drain, name="oomdoctor-server-log", daemon=True)
@@ -264,11 +265,12 @@ class _LogTee:
         self.queue.put(None)
         self.thread.join()
         try:
-            if self.carry and self.broken is None:
-                self._write(self.carry)
+            for stream in sorted(self.carry):
+                if self.carry[stream] and self.broken is None:
+                    self._write(self.carry[stream])
         except Exception as exc:  # noqa: BLE001 - see _drain
             self._stop(exc)
-        self.carry = b""
+        self.carry = {}
         self.log.close()
 
     def _drain(self) -> None:
@@ -292,16 +294,14 @@ class _LogTee:
         if self.redactor is None:
             self.log.write(chunk)
             return
-        if self.carry and stream != self.carry_stream:
-            self._write(self.carry)
-            self.carry = b""
-        data = self.carry + chunk if self.carry else chunk
+        held = self.carry.get(stream, b"")
+        data = held + chunk if held else chunk
         cut = data.rfind(b"\n") + 1
         while len(data) - cut >= READ_BYTES:  # a line without end: in pieces
             cut += READ_BYTES
         if cut:
             self._write(data[:cut] if cut < len(data) else data)
-        self.carry, self.carry_stream = data[cut:], stream
+        self.carry[stream] = data[cut:]
 
     def _write(self, data: bytes) -> None:
         assert self.redactor is not None

@@ -228,6 +228,22 @@ def test_a_pem_block_written_in_pieces_is_redacted_whole(tmp_path: Path) -> None
     assert log.splitlines() == ["[2026-03-02 10:00:40] <redacted>"] * 4 + ["[2026-03-02 10:00:40] server ready"]
 
 
+def test_a_secret_split_around_the_other_stream_s_write_is_redacted(tmp_path: Path) -> None:
+    """Each stream keeps its own unfinished line: stdout's 'KEY=' and its value arrive on either side of a stderr line."""
+    child = (
+        "import sys, time\n"
+        "sys.stdout.write('export OPENAI_API_KEY='); sys.stdout.flush(); time.sleep(0.1)\n"
+        "sys.stderr.write('[2026-03-02 10:00:41] loading\\n'); sys.stderr.flush(); time.sleep(0.1)\n"
+        "sys.stdout.write('s3cr3tValue1234567890XYZ\\n'); sys.stdout.flush()\n"
+    )
+    out, err = io.BytesIO(), io.BytesIO()
+    code = flight.run([sys.executable, "-c", child], str(tmp_path / "rec"), nvml_module=fakes.FakeNvml(fakes.load("idle_reserved")), psutil_module=None, stdout=out, stderr=err)
+    assert code == 0 and out.getvalue() == b"export OPENAI_API_KEY=s3cr3tValue1234567890XYZ\n"  # the terminal gets it as written
+    log = (tmp_path / "rec" / "latest" / "server.log").read_bytes()
+    assert b"s3cr3tValue" not in log
+    assert log == b"[2026-03-02 10:00:41] loading\nexport OPENAI_API_KEY=<redacted>\n"
+
+
 def test_an_oom_message_split_between_two_reads_is_seen(tmp_path: Path) -> None:
     child = "import sys, time\nsys.stderr.write('RuntimeError: CUDA out of mem'); sys.stderr.flush(); time.sleep(0.1)\nsys.stderr.write('ory. Tried to allocate 2.00 GiB\\n')\n"
     out, err = io.BytesIO(), io.BytesIO()
