@@ -209,17 +209,21 @@ def oom_fragmentation(rec: Path) -> None:
     run_child("oom_fragmentation", FRAG, rec)
 
 
-CUBLAS = """
-import torch
-a = torch.ones(64, 64, device="cuda")
-free, total = torch.cuda.mem_get_info()
-fill = []
+# Fill the card in ever smaller pieces until not even 1 MiB more fits (children of both cuBLAS and driver cases).
+FILL_CARD = """
+held = []
 step = 1 << 30
 while step >= (1 << 20):
     try:
-        fill.append(torch.empty(step, dtype=torch.uint8, device="cuda"))
+        held.append(torch.empty(step, dtype=torch.uint8, device="cuda"))
     except torch.OutOfMemoryError:
         step //= 2
+"""
+
+CUBLAS = """
+import torch
+a = torch.ones(64, 64, device="cuda")
+""" + FILL_CARD + """
 torch.cuda.empty_cache()
 print("free after filling", torch.cuda.mem_get_info()[0], flush=True)
 b = a @ a
@@ -280,14 +284,7 @@ def oom_graphs(rec: Path) -> None:
 
 FILL_ALL = """
 import sys, torch
-free, total = torch.cuda.mem_get_info()
-held = []
-step = 1 << 30
-while step >= (1 << 20):
-    try:
-        held.append(torch.empty(step, dtype=torch.uint8, device="cuda"))
-    except torch.OutOfMemoryError:
-        step //= 2
+""" + FILL_CARD + """
 print("holding; free now", torch.cuda.mem_get_info()[0], flush=True)
 sys.stdin.read()
 """
