@@ -6,13 +6,11 @@ by line (unless --no-redact) and capped at MAX_INPUT_BYTES so the archive stays 
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 import zipfile
 from collections.abc import Iterator
 
-from oomdoctor.inputs import OWN_HIDDEN_PREFIX, InputStats, iter_line_chunks
+from oomdoctor.inputs import InputStats, iter_line_chunks
 from oomdoctor.redact import redact_text
 
 MAX_INPUT_BYTES = 64 << 20
@@ -52,20 +50,10 @@ def write_bundle(out_path: str, html: str, markdown: str, json_text: str, input_
     The zip is written to a temporary file beside ``out_path`` and renamed over it once complete, so
     an interrupted write (Ctrl-C, a full disk) leaves no valid-looking partial bundle.
     """
-    directory, name = os.path.split(os.path.abspath(out_path))
-    fd, tmp = tempfile.mkstemp(prefix=f"{OWN_HIDDEN_PREFIX}-{name}.", suffix=".partial", dir=directory)
-    os.close(fd)
-    try:
-        notes = _write_zip(tmp, html, markdown, json_text, input_paths, redact)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, out_path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return notes
+    from oomdoctor.console import atomic_target
+
+    with atomic_target(out_path) as tmp:
+        return _write_zip(tmp, html, markdown, json_text, input_paths, redact)
 
 
 def _write_zip(out_path: str, html: str, markdown: str, json_text: str, input_paths: list[str], redact: bool) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import NoReturn
 
 from oomdoctor.errors import ExitCode, OutputError
@@ -49,28 +50,35 @@ def fail(message: str, code: ExitCode) -> NoReturn:
     sys.exit(int(code))
 
 
-def write_atomic(path: str, content: str) -> None:
-    """Write to a temporary file beside ``path`` and rename it over: an interrupted write leaves no partial report."""
+@contextlib.contextmanager
+def atomic_target(path: str) -> Iterator[str]:
+    """A temporary path beside ``path`` to write; renamed over ``path`` (mode as the umask gives) when the block ends
+    without an exception, removed when it raises. An interrupted write leaves no partial output."""
     import tempfile
 
     from oomdoctor.inputs import OWN_HIDDEN_PREFIX
 
     directory, name = os.path.split(os.path.abspath(path))
-    tmp: str | None = None
+    fd, tmp = tempfile.mkstemp(prefix=f"{OWN_HIDDEN_PREFIX}-{name}.", suffix=".partial", dir=directory)
+    os.close(fd)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f"{OWN_HIDDEN_PREFIX}-{name}.", suffix=".partial", dir=directory)
-        # backslashreplace: a file name that is not UTF-8 (a surrogate escape) is written as \udcff, not a crash.
-        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
-            fh.write(content)
+        yield tmp
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-        tmp = None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_atomic(path: str, content: str) -> None:
+    """Write a report through ``atomic_target``; OutputError when it cannot be written."""
+    try:
+        with atomic_target(path) as tmp, open(tmp, "w", encoding="utf-8", errors="backslashreplace") as fh:
+            # backslashreplace: a file name that is not UTF-8 (a surrogate escape) is written as \udcff, not a crash.
+            fh.write(content)
     except OSError as exc:
         raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
 
 
 def _umask() -> int:
