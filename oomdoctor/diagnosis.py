@@ -21,7 +21,17 @@ from oomdoctor.errors import InputError, UsageError
 from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.facts import Facts, build_facts
 from oomdoctor.gpus import smallest_card_holding
-from oomdoctor.inputs import MONITORING_SUFFIXES, InputStats, expand_paths, is_monitoring_json, iter_line_chunks, release_stdin_spool, spool_stdin, unread_input
+from oomdoctor.inputs import (
+    MONITORING_SUFFIXES,
+    InputStats,
+    expand_paths,
+    file_head,
+    is_monitoring_json,
+    iter_line_chunks,
+    release_stdin_spool,
+    spool_stdin,
+    unread_input,
+)
 from oomdoctor.issue_input import issue_chunks
 from oomdoctor.ordering import oldest_first
 from oomdoctor.parsers import records as rc
@@ -492,10 +502,8 @@ def _is_issue_export(path: str) -> bool:
     """An issue's JSON export (body and comments) is a bug report to read, not collected evidence."""
     if not path.lower().endswith(".json"):
         return False
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4 << 20)
-    except OSError:
+    head = file_head(path, 4 << 20)
+    if head is None:
         return False
     from oomdoctor import issue_body
 
@@ -577,8 +585,8 @@ def _diagnose(paths: list[str], rules: list[Rule], system: str | None, recommend
     hint = max(sorted(hints), key=lambda k: hints[k]) if hints else None
     line_counts = {s.path: s.lines for s in stats_list}
     across = _across_nodes(read_paths, stats_list[: len(read_paths)], per_input, log_paths)
-    observed = _observer_oom(gathered) if across is None and not any(is_oom_event(e) for events in per_input for e in events) else None
-    if observed is not None:
+    observed = _observer_oom(gathered) if across is None else None
+    if observed is not None and not any(is_oom_event(e) for events in per_input for e in events):
         per_input.append([observed])
     groups = across.groups if across is not None else [per_input]
     histories: list[tuple[_IncidentHistory, list[Any]]] = []
@@ -641,12 +649,8 @@ def _is_monitoring_text(path: str) -> bool:
         return False
     if path.lower().endswith(MONITORING_SUFFIXES):
         return True
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(64 << 10)
-    except OSError:
-        return False
-    if not head.lstrip().startswith((b"# HELP DCGM_", b"# TYPE DCGM_", b"DCGM_FI_")):
+    head = file_head(path, 64 << 10)
+    if head is None or not head.lstrip().startswith((b"# HELP DCGM_", b"# TYPE DCGM_", b"DCGM_FI_")):
         return False
     from oomdoctor import monitoring
 

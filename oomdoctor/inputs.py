@@ -146,16 +146,21 @@ def _is_log_name(name: str) -> bool:
     return lower.endswith(_LOG_SUFFIXES) or lower.endswith(MONITORING_SUFFIXES) or _ROTATED_RE.match(name) is not None
 
 
+def file_head(path: str, size: int) -> bytes | None:
+    """The first ``size`` bytes of a file (to tell what it is), or None when it cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(size)
+    except OSError:
+        return None
+
+
 def is_monitoring_json(path: str) -> bool:
     """A Prometheus HTTP API export (query_range or query result) saved as JSON: read with the logs of a directory."""
     if not path.lower().endswith(".json"):
         return False
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(SNIFF_BYTES)
-    except OSError:
-        return False
-    return b'"resultType"' in head and (b'"matrix"' in head or b'"vector"' in head)
+    head = file_head(path, SNIFF_BYTES)
+    return head is not None and b'"resultType"' in head and (b'"matrix"' in head or b'"vector"' in head)
 
 
 def _inside(path: str, root: str) -> bool:
