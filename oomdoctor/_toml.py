@@ -13,6 +13,10 @@ edited rule is simply a new key; a stale entry cannot be returned. Entries are `
 else ``~/.cache/oomdoctor``. The directory is created 0700 and used only when it belongs to this
 user and no one else can write to it; any failure (read-only home, full disk, a damaged entry) falls
 back to parsing, so the cache can change timings, never results.
+
+The cache prunes itself: an entry served is touched (at most once a day), and whenever a new entry
+is written, entries untouched for ``PRUNE_AFTER_DAYS`` are removed, so upgrades and edited rules do
+not pile up in a home directory forever; a pruned entry in use is simply parsed and stored again.
 """
 
 from __future__ import annotations
@@ -21,13 +25,17 @@ import contextlib
 import marshal
 import os
 import sys
+import time
 from typing import Any
 
-__all__ = ["cache_dir", "data_text", "loads"]  # and ``tomllib``, through __getattr__
+__all__ = ["cache_dir", "data_text", "loads", "prune"]  # and ``tomllib``, through __getattr__
 
 # Bump when the cached form changes (it is part of every key).
 _FORMAT = b"oomdoctor-toml-cache-1"
 _cache_dir: str | bool | None = False  # False: not looked up yet; None: no usable cache
+PRUNE_AFTER_DAYS = 30
+_DAY_S = 86400
+_ENTRY_SUFFIX = ".marshal"
 
 
 def __getattr__(name: str) -> Any:
@@ -103,17 +111,50 @@ def loads(text: str) -> dict[str, Any]:
     directory = cache_dir()
     if directory is None:
         return _tomllib().loads(text)  # type: ignore[no-any-return,unused-ignore]
-    entry = os.path.join(directory, _key(text) + ".marshal")
+    entry = os.path.join(directory, _key(text) + _ENTRY_SUFFIX)
     try:
         with open(entry, "rb") as fh:
             data = marshal.loads(fh.read())
+            age_s = time.time() - os.fstat(fh.fileno()).st_mtime
         if isinstance(data, dict):
+            if age_s > _DAY_S:  # in use: keep it clear of pruning (a day's grain costs one utime a day)
+                with contextlib.suppress(OSError):
+                    os.utime(entry)
             return data
     except (OSError, ValueError, EOFError, TypeError):
         pass
     data = _tomllib().loads(text)
     _store(directory, entry, data)
+    prune(directory)
     return data
+
+
+def prune(directory: str, now: float | None = None) -> int:
+    """Remove this cache's entries (and leftover temp files) untouched for PRUNE_AFTER_DAYS; the count.
+
+    Only names this module writes are considered, so a mistaken OOMDOCTOR_CACHE_DIR pointing at a
+    folder with other files loses nothing else.
+    """
+    cutoff = (time.time() if now is None else now) - PRUNE_AFTER_DAYS * _DAY_S
+    removed = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        stem = name.split(".", 1)[0]
+        if not (len(stem) == 40 and all(c in "0123456789abcdef" for c in stem)):
+            continue
+        if not (name.endswith(_ENTRY_SUFFIX) or name.endswith(".tmp")):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if os.lstat(path).st_mtime < cutoff:
+                os.unlink(path)
+                removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 def _store(directory: str, entry: str, data: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,31 @@ def test_shipped_data_parse_the_same_through_the_cache(cache: Path) -> None:
         assert _toml.loads(text) == _toml.tomllib.loads(text)  # stored
         assert _toml.loads(text) == _toml.tomllib.loads(text)  # served
     assert len(list(cache.glob("*.marshal"))) == len(set(texts))
+
+
+def test_entries_untouched_for_the_prune_age_are_removed_when_a_new_one_is_written(cache: Path) -> None:
+    _toml.loads(DOC)
+    (old,) = cache.glob("*.marshal")
+    stale = time.time() - (_toml.PRUNE_AFTER_DAYS + 1) * 86400
+    os.utime(old, (stale, stale))
+    leftover_tmp = cache / (old.stem + ".marshal.123.tmp")
+    leftover_tmp.write_bytes(b"half")
+    os.utime(leftover_tmp, (stale, stale))
+    foreign = cache / "notes.txt"  # not a name this cache writes: never touched
+    foreign.write_text("mine")
+    os.utime(foreign, (stale, stale))
+    _toml.loads(DOC.replace("0.85", "0.5"))  # a miss: stores, then prunes
+    names = sorted(p.name for p in cache.iterdir())
+    assert old.name not in names and leftover_tmp.name not in names
+    assert "notes.txt" in names and len([n for n in names if n.endswith(".marshal")]) == 1
+
+
+def test_an_entry_in_use_is_touched_so_pruning_spares_it(cache: Path) -> None:
+    _toml.loads(DOC)
+    (entry,) = cache.glob("*.marshal")
+    aged = time.time() - (_toml.PRUNE_AFTER_DAYS - 1) * 86400  # old, but not yet prunable
+    os.utime(entry, (aged, aged))
+    assert _toml.loads(DOC)["rule"]["id"] == "x"  # a hit on an entry older than a day refreshes it
+    assert entry.stat().st_mtime > time.time() - 60
+    assert _toml.prune(str(cache), now=time.time() + (_toml.PRUNE_AFTER_DAYS - 1) * 86400) == 0
+    assert _toml.prune(str(cache), now=time.time() + (_toml.PRUNE_AFTER_DAYS + 1) * 86400) == 1
