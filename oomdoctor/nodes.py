@@ -21,9 +21,9 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
+from oomdoctor import timestamps
 from oomdoctor.evidence import Line, LineRef
 from oomdoctor.inputs import InputStats, iter_line_chunks
 from oomdoctor.prefixes import split_prefix
@@ -198,37 +198,8 @@ def node_of_path(path: str, roots: Iterable[str] = ()) -> tuple[str, str, str | 
 
 
 def ts_key(ts: str | None) -> tuple[int, float] | None:
-    """(precision, seconds) of a log timestamp: 3 full date, 2 month-day, 1 time of day only."""
-    if not ts:
-        return None
-    text = ts.strip().replace("T", " ").replace(",", ".").rstrip("Z")
-    text = re.sub(r"(\.\d{6})\d+", r"\1", text)
-    text = re.sub(r"[+-]\d{2}:?\d{2}$", "", text)
-    for fmt, precision in (("%Y-%m-%d %H:%M:%S.%f", 3), ("%Y-%m-%d %H:%M:%S", 3), ("%m-%d %H:%M:%S.%f", 2), ("%m-%d %H:%M:%S", 2), ("%H:%M:%S.%f", 1), ("%H:%M:%S", 1)):
-        try:
-            dt = datetime.strptime(text, fmt)
-        except ValueError:
-            continue
-        if precision == 3:
-            return 3, (dt - datetime(1970, 1, 1)).total_seconds()
-        if precision == 2:
-            dt = dt.replace(year=2000)
-            return 2, (dt - datetime(2000, 1, 1)).total_seconds()
-        return 1, dt.hour * 3600 + dt.minute * 60 + dt.second + dt.microsecond / 1e6
-    return None
-
-
-def _at(key: tuple[int, float], precision: int) -> float:
-    """A timestamp's seconds at a lower precision (a full date as month-day, or as time of day)."""
-    level, seconds = key
-    if level == precision:
-        return seconds
-    if level == 3:
-        dt = datetime(1970, 1, 1) + timedelta(seconds=seconds)
-        if precision == 2:
-            return (dt.replace(year=2000) - datetime(2000, 1, 1)).total_seconds()
-        return dt.hour * 3600 + dt.minute * 60 + dt.second + dt.microsecond / 1e6
-    return seconds % 86400.0
+    """(precision, seconds) of a log timestamp (oomdoctor.timestamps): 3 full date, 2 month-day, 1 time of day."""
+    return timestamps.parse(ts)
 
 
 @dataclass
@@ -263,7 +234,8 @@ def scan_input(path: str, display: str) -> _Scan:
                     # srun's own report names the task: "srun: error: HOST: task 1: Exited with exit code 1".
                     node = f"task{int(task.group(1))}"
             ts = line_ts(line)
-            if ts is not None and ts_key(ts) is not None and (ts_key(ts) or (0, 0))[0] >= (ts_key(last_ts.get(node)) or (0, 0))[0]:
+            key = ts_key(ts)
+            if ts is not None and key is not None and key[0] >= (ts_key(last_ts.get(node)) or (0, 0.0))[0]:
                 last_ts[node] = ts
             msg = line.msg
             if "server_args=" in msg or "non-default args" in msg or "node" in msg or "disaggregation" in msg or "dist" in msg:
@@ -401,7 +373,7 @@ def order(observations: list[Observation]) -> tuple[list[Observation], bool]:
     timed = [(o, k) for o in observations if (k := ts_key(o.ts)) is not None]
     untimed = sorted((o for o in observations if ts_key(o.ts) is None), key=lambda o: o.order)
     precision = min((k[0] for _, k in timed), default=3)
-    ordered = [o for o, _ in sorted(timed, key=lambda ok: (_at(ok[1], precision), ok[0].order))] + untimed
+    ordered = [o for o, _ in sorted(timed, key=lambda ok: (timestamps.at_precision(ok[1], precision), ok[0].order))] + untimed
     return ordered, all(ts_key(o.ts) is not None for o in observations if o.primary)
 
 
@@ -410,7 +382,7 @@ def seconds_between(a: Observation, b: Observation) -> float | None:
     if ka is None or kb is None:
         return None
     precision = min(ka[0], kb[0])
-    return _at(kb, precision) - _at(ka, precision)
+    return timestamps.at_precision(kb, precision) - timestamps.at_precision(ka, precision)
 
 
 def timeline(nodes: dict[str, NodeInfo], observations: list[Observation]) -> Timeline:

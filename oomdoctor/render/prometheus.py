@@ -12,8 +12,9 @@ never by string formatting. Write it with ``-o /var/lib/node_exporter/textfile/o
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
 from typing import Any
+
+from oomdoctor import timestamps
 
 
 def _client() -> Any:
@@ -27,7 +28,7 @@ def _client() -> Any:
 def incident_time(view: dict[str, Any], now: float | None = None) -> float:
     """Unix time of the verdict's incident: its log timestamp (UTC when the log gives no zone), else ``now``."""
     for text in _candidate_times(view):
-        parsed = _parse(text)
+        parsed = timestamps.epoch_seconds(text)
         if parsed is not None:
             return parsed
     if now is None:
@@ -49,19 +50,6 @@ def _candidate_times(view: dict[str, Any]) -> list[str]:
     cited = [m.group(0) for e in (findings[0].get("evidence", []) if findings else []) for m in [_DATED.search(e.get("text") or "")] if m]
     out.extend(sorted(cited, reverse=True))
     return out
-
-
-def _parse(text: str) -> float | None:
-    text = text.strip().replace("T", " ").replace(",", ".")
-    for fmt in ("%Y-%m-%d %H:%M:%S.%f%z", "%Y-%m-%d %H:%M:%S%z", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"):
-        try:
-            dt = datetime.strptime(text.replace("Z", "+0000"), fmt)
-        except ValueError:
-            continue
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
-        return dt.timestamp()
-    return None
 
 
 def _gpu(view: dict[str, Any]) -> str:
