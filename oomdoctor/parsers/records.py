@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from oomdoctor.evidence import Event, Line, LineRef
+from oomdoctor.parsers.frames import FRAME_ANYWHERE, FRAME_LINE
 from oomdoctor.patterns import lazy
 
 KIND_RECORD = "failure_record"
@@ -49,10 +50,7 @@ ANCHORS: tuple[bytes, ...] = (
 # the serving traffic or loader progress printed just before a failure says which phase it hit.
 BEFORE_ANCHORS: tuple[bytes, ...] = (b"Traceback", b"hit an exception", b"out of memory", b"Out of memory", b"OutOfMemory", b"while processing method", b"Error executing method")
 
-_FRAME_RE = lazy("File ", r'^\s*File "([^"]+)", line \d+, in ([\w<>.]+)')
 _TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
-# Frames anywhere in a line: pastes that joined a whole traceback onto one line with spaces.
-_FRAME_ANY_RE = lazy("File ", r'File "([^"]+)", line \d+, in ([\w<>.]+)')
 # The statement under a frame names the call in progress; when a paste is cut after it, that callee
 # is the deepest frame we will ever see ("cuda_graph_memory_bytes = self.model_runner.capture_model()").
 _CALLEE_RE = lazy("(", r"([A-Za-z_]\w*)\s*\(")
@@ -137,7 +135,7 @@ class RecordParser:
                 self._open[rank]["frames"].append(("<method>", wm.group("method") or wm.group("method2")))
                 return out
         if "File " in msg and msg.count('File "') > 1:
-            joined = _FRAME_ANY_RE.findall(msg)
+            joined = FRAME_ANYWHERE.findall(msg)
             if joined:
                 if rec is None:
                     self._open_record(line, "frames")
@@ -146,7 +144,7 @@ class RecordParser:
                 rec["refs"][1:] = [line.ref]
                 return out
         if "File " in msg:
-            fm = _FRAME_RE.match(msg)
+            fm = FRAME_LINE.match(msg)
             if fm:
                 if rec is None:
                     # Frames without their header line: the paste starts inside a traceback.

@@ -13,6 +13,7 @@ from collections import deque
 from oomdoctor import phase as phase_tables
 from oomdoctor.evidence import Event, Line, LineRef, ProcessUsage
 from oomdoctor.parsers.captures import named, typed
+from oomdoctor.parsers.frames import FRAME_LINE
 from oomdoctor.patterns import Dispatch, LazyRegex, lazy
 
 KIND_OOM = "torch_oom"
@@ -120,7 +121,6 @@ _HOST_DISPATCH: Dispatch[tuple[str, str]] = Dispatch(tuple((pattern, (source, st
 
 _TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
 _METHOD_RE = lazy("processing method", r"while processing method (\w+)")
-_FRAME_RE = lazy("File ", r'^\s*File "([^"]+)", line \d+, in ([\w<>.]+)')
 
 def _wrapper_of(text: str) -> str | None:
     return next((name for name, pattern in _WRAPPERS if pattern.search(text)), None)
@@ -270,7 +270,7 @@ class TorchParser:
             out.extend(self._emit_pending())
 
         if "File " in msg:
-            fm = _FRAME_RE.match(msg)
+            fm = FRAME_LINE.match(msg)
             if fm:
                 self._frames_of(line.ref.rank).append((fm.group(1), fm.group(2)))
                 return out
