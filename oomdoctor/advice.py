@@ -7,7 +7,6 @@ value rather than guessing one.
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -74,6 +73,8 @@ def _shell_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, (dict, list)):
+        import json  # a dict or list flag value is rare; the diagnose path stays without json
+
         value = json.dumps(value)
     return shlex.quote(str(value))
 

@@ -6,8 +6,7 @@ incident of the last run.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import os
 from typing import Any
 
 from oomdoctor.errors import InputError
@@ -27,6 +26,8 @@ _nesting_depth = nesting_depth
 
 def read_json(text: str, path: str) -> Any:
     """Parsed evidence JSON; InputError (never RecursionError or a huge-int ValueError) when it is not sane."""
+    import json  # here: a plain log diagnosis reads no JSON and need not import it
+
     try:
         data = json.loads(text)
     except RecursionError:
@@ -46,11 +47,12 @@ def manifest_header(source: str) -> dict[str, Any]:
 
 
 def is_bundle_dir(path: str) -> bool:
-    manifest = Path(path) / "manifest.json"
-    if not manifest.is_file():
+    manifest = os.path.join(path, "manifest.json")
+    if not os.path.isfile(manifest):
         return False
     try:
-        return read_json(manifest.read_text(encoding="utf-8", errors="replace"), str(manifest)).get("kind") == BUNDLE_KIND
+        with open(manifest, encoding="utf-8", errors="replace") as fh:
+            return read_json(fh.read(), manifest).get("kind") == BUNDLE_KIND
     except (OSError, InputError, AttributeError):
         return False
 
@@ -61,6 +63,8 @@ _OWN_OUTPUTS = {"manifest.json", "diagnosis.json"}
 
 def evidence_files(path: str) -> list[str]:
     """Non-log evidence inside a bundle directory (manifest, memory_stats, snapshots, samples, nvidia-smi dumps)."""
+    from pathlib import Path  # a bundle directory only
+
     root = Path(path)
     out = [str(root / "manifest.json")]
     for p in sorted(root.rglob("*")):
@@ -85,7 +89,8 @@ def load(path: str) -> dict[str, Any]:
     if path.endswith(SNAPSHOT_SUFFIXES):
         return {"kind": "snapshot", "path": path, **allocator.snapshot_facts(allocator.load_snapshot(path), path)}
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if path.endswith(MONITORING_SUFFIXES) or (not path.endswith((".json", ".csv", ".xml")) and monitoring.looks_like_dcgm(text[:65536].encode("utf-8", "replace"))):

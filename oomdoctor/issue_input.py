@@ -7,7 +7,6 @@ as events of kind KIND_REPORTED. Anything else streams through unchanged.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 
@@ -23,12 +22,17 @@ _DETAILS_RE = re.compile(r"<details", re.I)
 
 
 _NOT_JSON = object()
+_EXPORT_START = re.compile(r"\s*(?:\{|\[\s*\{)")
 
 
 def _parsed_json(text: str) -> object:
     """``text`` parsed as JSON, or _NOT_JSON; parsed once here, since an export can be megabytes."""
-    if text.lstrip()[:1] not in ("{", "["):  # a log line may start with "[" too: only valid JSON can be an export
+    # An export is an object or a list of objects (issue_body.thread_markdown): "[2025-01-01 ..." or
+    # "[rank0]: ..." starts many logs and is never one, so such a text is not handed to the JSON parser.
+    if not _EXPORT_START.match(text):
         return _NOT_JSON
+    import json  # only for a text that starts like JSON
+
     try:
         return json.loads(text)
     except (ValueError, RecursionError):

@@ -26,9 +26,8 @@ collect) follow whatever the CLI chose::
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import re
-import threading
+from _thread import _local as _thread_local
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any, Protocol
@@ -543,6 +542,8 @@ def _shape(prefix: str) -> str:
 
 
 def _ip(p: Pseudonyms, text: str) -> str:
+    import ipaddress  # only when a log holds an address-like token: a plain diagnose never pays for it
+
     try:
         addr = ipaddress.ip_address(text)
     except ValueError:
@@ -557,7 +558,7 @@ def _ip(p: Pseudonyms, text: str) -> str:
 # --- the active redactor -----------------------------------------------------------------------
 
 _SESSION: ContextVar[Redactor | None] = ContextVar("oomdoctor_redactor", default=None)
-_LOCAL = threading.local()
+_LOCAL = _thread_local()  # threading.local itself; the threading module is not needed for it
 
 
 def active() -> Redactor:

@@ -7,10 +7,10 @@ ever evaluated as code. Evaluation is three-valued: a comparison on a fact that 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from oomdoctor import _toml, catalogue
@@ -141,7 +141,7 @@ def _check_fact_names(names: list[str], path: str, where: str) -> None:
 
 def parse_rule(data: dict[str, Any], path: str, known_advice: Iterable[str] | None = None) -> Rule:
     """Validate one rule's TOML data; raise RuleError naming file, field and what to write."""
-    stem = Path(path).stem
+    stem = os.path.splitext(os.path.basename(path))[0]
     for key in _REQUIRED:
         if key not in data:
             raise _fail(path, f"field '{key}'", "missing; every rule needs " + ", ".join(_REQUIRED))
@@ -215,9 +215,11 @@ MAX_RULE_DEPTH = 32
 _nesting_depth = nesting_depth
 
 
-def load_rule_file(path: Path, known_advice: Iterable[str] | None = None) -> Rule:
+def load_rule_file(path: str | os.PathLike[str], known_advice: Iterable[str] | None = None) -> Rule:
+    path = os.fspath(path)
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as fh:
+            raw = fh.read()
     except OSError as exc:
         raise RuleError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if len(raw) > MAX_RULE_FILE_BYTES:
@@ -235,7 +237,12 @@ def load_rule_file(path: Path, known_advice: Iterable[str] | None = None) -> Rul
     return parse_rule(data, str(path), known_advice)
 
 
-def builtin_rule_paths() -> list[Path]:
+def _toml_files(directory: str) -> list[str]:
+    """The ``*.toml`` files of a directory, by name (os.listdir: pathlib would cost a plain diagnose its import)."""
+    return sorted(os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".toml") and os.path.isfile(os.path.join(directory, n)))
+
+
+def builtin_rule_paths() -> list[str]:
     """The rule files shipped inside the package (``rules/`` installed as ``oomdoctor.rules``).
 
     Run from a source checkout without installing, the package is the bare ``oomdoctor/`` folder and
@@ -244,20 +251,19 @@ def builtin_rule_paths() -> list[Path]:
     try:
         import oomdoctor.rules as shipped  # a plain directory package: no importlib.resources needed
 
-        paths = list(Path(shipped.__file__).parent.glob("*.toml"))
+        paths = _toml_files(os.path.dirname(shipped.__file__ or ""))
     except ModuleNotFoundError:
-        paths = list((Path(__file__).resolve().parent.parent / "rules").glob("*.toml"))
-    return sorted(paths, key=lambda p: p.name)
+        paths = _toml_files(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rules"))
+    return sorted(paths, key=os.path.basename)
 
 
 def load_rules(extra_dirs: Iterable[str] = (), known_advice: Iterable[str] | None = None, builtin: bool = True) -> list[Rule]:
     """The shipped catalogue plus every ``*.toml`` in the user's --rules directories."""
     paths = builtin_rule_paths() if builtin else []
     for d in extra_dirs:
-        directory = Path(d)
-        if not directory.is_dir():
+        if not os.path.isdir(d):
             raise RuleError(f"{d}: --rules takes a directory of *.toml rule files")
-        paths.extend(sorted(directory.glob("*.toml")))
+        paths.extend(_toml_files(d))
     rules: list[Rule] = []
     seen: dict[str, str] = {}
     for p in paths:

@@ -14,7 +14,7 @@ from oomdoctor.diagnosis import Diagnosis
 from oomdoctor.facts import Facts
 from oomdoctor.readings import Readings
 from oomdoctor.redact import redact_obj
-from oomdoctor.render.svg import SEGMENTS, sglang_bar, vllm_bar
+from oomdoctor.render.bars import SEGMENTS, sglang_bar, vllm_bar
 from oomdoctor.units import floor_to
 
 

@@ -83,3 +83,13 @@ def test_the_cheap_bug_report_check_never_hides_a_report() -> None:
         text = log.read_text(errors="replace")
         if not may_be_issue(text, str(log)):
             assert not issue_body.looks_like_issue(text) and not issue_body.is_issue_json(text), log.name
+
+
+def test_only_an_object_or_a_list_of_objects_is_parsed_as_an_export() -> None:
+    """Log texts that start with "[" never reach the JSON parser (a plain diagnose stays without json)."""
+    from oomdoctor.issue_input import _NOT_JSON, _parsed_json
+
+    assert _parsed_json('[\n\n   {"body": "x", "title": "t"}]') == [{"body": "x", "title": "t"}]
+    assert _parsed_json('  {"body": "x", "title": "t"}') == {"body": "x", "title": "t"}
+    for text in ('["a", "b"]', "[1, 2]", "[rank0]: Traceback (most recent call last):", "[]"):
+        assert _parsed_json(text) is _NOT_JSON

@@ -362,12 +362,13 @@ def test_stress_page_long_names_many_series(tmp_path: Path, proxy) -> None:
     """Labels far longer than the fixtures': the margins follow them, nothing leaves the viewBox."""
     from markupsafe import Markup
 
+    from oomdoctor.render import bars as bar_data
     from oomdoctor.render import svg
     from oomdoctor.units import GIB
 
     bars = [
-        {**svg.sglang_bar("DP3 TP7 on node-with-a-long-hostname-42 at the recommended value", 80 * GIB, 79 * GIB, 75 * GIB, 0.9), "total_assumed": True},
-        svg.vllm_bar("GPU 0", 80 * GIB, 0.5, 60 * GIB, 62 * GIB, graphs=GIB, other=3 * GIB),
+        {**bar_data.sglang_bar("DP3 TP7 on node-with-a-long-hostname-42 at the recommended value", 80 * GIB, 79 * GIB, 75 * GIB, 0.9), "total_assumed": True},
+        bar_data.vllm_bar("GPU 0", 80 * GIB, 0.5, 60 * GIB, 62 * GIB, graphs=GIB, other=3 * GIB),
         {
             "name": "KV token pool",
             "unit": "tokens",
@@ -436,16 +437,16 @@ def test_vllm_bar_draws_u_total_and_says_why(run_cli, tmp_path: Path) -> None:
 def test_bar_arithmetic_agrees_with_budget() -> None:
     # render/ imports nothing above units, so the bars repeat two of budget.py's formulas: they must agree.
     from oomdoctor import budget
-    from oomdoctor.render import svg
+    from oomdoctor.render import bars
     from oomdoctor.units import GIB
 
     for pre, weights, y in ((78 * GIB, 60 * GIB, 0.7), (79 * GIB + 123, 33 * GIB + 7, 0.88), (20 * GIB, 21 * GIB, 0.9)):
-        bar = svg.sglang_bar("GPU", 80 * GIB, pre, weights, y)
+        bar = bars.sglang_bar("GPU", 80 * GIB, pre, weights, y)
         assert bar["kv_budget_bytes"] == budget.sglang_kv_budget_bytes(pre, pre - weights, y)
         dynamic = sum(s["bytes"] for s in bar["segments"] if s["kind"] in ("dynamic", "graphs"))
         assert dynamic == budget.sglang_dynamic_region_bytes(pre, y)
     for total, u, non_kv in ((int(79.19 * GIB), 0.9, int(63.3 * GIB)), (int(44.35 * GIB), 0.5, int(26.18 * GIB))):
-        bar = svg.vllm_bar("GPU", total, u, non_kv - 2 * GIB, non_kv)
+        bar = bars.vllm_bar("GPU", total, u, non_kv - 2 * GIB, non_kv)
         assert bar["kv_budget_bytes"] == budget.vllm_kv_budget_bytes(total, u, non_kv)
         assert bar["limit_bytes"] == round(total * u)
         assert sum(s["bytes"] for s in bar["segments"]) == total  # the bar fills the card, never overruns it

@@ -84,7 +84,7 @@ def test_unwritable_cache_location_still_gives_results(tmp_path: Path, monkeypat
 def test_shipped_data_parse_the_same_through_the_cache(cache: Path) -> None:
     from oomdoctor.rule_engine import builtin_rule_paths
 
-    texts = [_toml.data_text(n) for n in ("facts.toml", "phases.toml", "gpus.toml")] + [p.read_text() for p in builtin_rule_paths()]
+    texts = [_toml.data_text(n) for n in ("facts.toml", "phases.toml", "gpus.toml")] + [Path(p).read_text() for p in builtin_rule_paths()]
     for text in texts:
         assert _toml.loads(text) == _toml.tomllib.loads(text)  # stored
         assert _toml.loads(text) == _toml.tomllib.loads(text)  # served

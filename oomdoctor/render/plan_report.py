@@ -7,6 +7,7 @@ from typing import Any
 from jinja2 import Environment, StrictUndefined
 from markupsafe import Markup
 
+from oomdoctor.render import bars as bar_data
 from oomdoctor.render import svg
 from oomdoctor.render.markdown import _gpus as markdown_bars
 from oomdoctor.render.text import step_value
@@ -60,9 +61,9 @@ def bars(p: dict[str, Any]) -> list[dict[str, Any]]:
         name = f"{short}={value:g} ({why})"
         if p["system"] == "vllm":
             # plan's KV at u is round(u*total) - non_kv: the non-KV memory it assumed, back out of it.
-            out.append(svg.vllm_bar(name, total, value, weights, round(total * value) - kv))
+            out.append(bar_data.vllm_bar(name, total, value, weights, round(total * value) - kv))
         else:
-            out.append(svg.sglang_bar(name, total, p["pre_bytes"], weights, value))
+            out.append(bar_data.sglang_bar(name, total, p["pre_bytes"], weights, value))
     return out
 
 
@@ -92,7 +93,7 @@ def markdown(p: dict[str, Any]) -> str:
         lines += [f"At `{p['flag']} {a['value']:g}`: KV {_g(a['kv_bytes'])} ({'feasible' if a['feasible'] else 'infeasible'}).", ""]
     drawn = bars(p)
     if drawn:
-        lines += markdown_bars({"report": {"gpus": drawn, "segments": [{"kind": k, "label": label} for k, label in svg.SEGMENTS]}, "findings": []})
+        lines += markdown_bars({"report": {"gpus": drawn, "segments": [{"kind": k, "label": label} for k, label in bar_data.SEGMENTS]}, "findings": []})
         lines += [f"- {b['name']}: {b['note']}" for b in drawn if b.get("note")] + [""]
     lines += ["| step | formula | value |", "|---|---|---|"]
     lines += [f"| {s['step']} | `{s['formula']}` | {_value(s)} |" for s in p["derivation"]]
