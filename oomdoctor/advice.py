@@ -164,6 +164,8 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
         *window.steps,
     ]
     choice = budget.choose_in_window(window)
+    if choice is not None and f.get("weights_fit_undecided"):
+        return [_sglang_undecided_mfs(f, mfs, pre, post, choice, steps)]
     if choice is None:
         return [
             Recommendation(
@@ -418,6 +420,24 @@ def _vllm_need(f: Facts) -> tuple[int | None, list[Step]]:
     return need.value, list(need.steps)
 
 
+def _sglang_undecided_mfs(f: Facts, mfs: float, pre: int, post: int, choice: float, steps: list[Step]) -> Recommendation:
+    """The y for a startup KV failure when one request's KV size is only assumed.
+
+    The window then counts no KV for the request (what the log proves: weights and the activation
+    reserve), and the choice is its top, the largest KV pool the GPU allows; the text names the
+    per-token KV size as what decides whether one request fits in it.
+    """
+    at_choice = budget.sglang_kv_derivation(pre, post, choice)
+    steps = [*steps, *at_choice.steps, Step("recommended y", "largest multiple of 0.05 (else 0.01) inside the window", choice, "fraction")]
+    why = (
+        f"At y={mfs:g} the KV budget is {_g(f.get('kv_budget_bytes'))}; raising y (not lowering it) grows the KV pool: at y={choice:g}, "
+        f"near the most this GPU allows while keeping SGLang's {_g(f.get('activation_reserve_bytes'))} activation reserve, it is "
+        f"{_g(at_choice.value)}. Whether one request's KV fits in it depends on the model's per-token KV size, which the log does not give "
+        "(the check assumed 1 GiB): if it does not, shard or shrink the model instead."
+    )
+    return Recommendation("--mem-fraction-static", choice, "raise", why, current=mfs, derivation=tuple(steps))
+
+
 @recommender("vllm-raise-gpu-memory-utilization")
 def vllm_raise_util(f: Facts) -> list[Recommendation]:
     """startup_kv on vLLM: the u whose budget holds non-KV memory plus one max-length request."""
@@ -445,6 +465,16 @@ def vllm_raise_util(f: Facts) -> list[Recommendation]:
     cap = f.get("max_safe_util")
     if cap is not None:
         steps.extend(f.derivations["max_safe_util"].steps)
+    if cap is not None and needed.value > cap and f.get("weights_fit_undecided"):
+        # The needed u rests on the assumed 1 GiB of KV; the largest u the GPU allows does not.
+        at_cap = budget.vllm_kv_budget_bytes(total, cap, non_kv)
+        steps.append(Step(f"KV budget at the largest u ({cap:g})", f"{cap:g} * {_g(total)} - {_g(non_kv)}", at_cap, "bytes"))
+        why = (
+            f"The KV budget at u={util} is {_g(f.get('kv_budget_bytes'))}. At u={cap:g}, the most the GPU allows, it is {_g(at_cap)}. Whether "
+            f"one request of {f.get('max_model_len') or 'max-model-len'} tokens fits in it depends on the model's per-token KV size, which the log "
+            "does not give (the check assumed 1 GiB): if it does not, lower --max-model-len or shard the model."
+        )
+        return [Recommendation("--gpu-memory-utilization", cap, "raise", why, current=util, derivation=tuple(steps))]
     if cap is not None and needed.value > cap:
         return []
     at_new = budget.vllm_kv_budget_bytes(total, needed.value, non_kv)
@@ -695,26 +725,33 @@ def cost_of(flag: str, direction: str) -> str:
 
 
 def fraction_budget(f: Facts) -> budget.FractionBudget | None:
-    """The incident's window as a budget a set of changes can be re-evaluated in (None when the log lacks it)."""
+    """The incident's window as a budget a set of changes can be re-evaluated in (None when the log lacks it).
+
+    When whether one request's KV fits rests on the assumed 1 GiB alone (weights_fit_undecided), the
+    window is checked without it: what the log proves (weights, activations, reserve) still bounds
+    it, and the recommendation's text names the per-token KV size as what would decide the rest.
+    """
     system = f.get("system")
     tp, pp = f.get("tp_size") or 1, f.get("pp_size") or 1
+    undecided = bool(f.get("weights_fit_undecided"))
     if system == "sglang":
         pre, weights, floor, reserve = f.get("pre_bytes"), f.get("weights_bytes"), f.get("kv_floor_bytes"), f.get("activation_reserve_bytes")
+        floor = 0 if undecided and floor is not None else floor
         if not pre or weights is None or floor is None or reserve is None:
             return None
         return budget.FractionBudget(
             "sglang", f.get("mem_fraction_static"), pre, weights, floor, reserve_bytes=reserve, tp=tp, pp=pp,
             capacity_hint_bytes=max(f.get("capacity_bytes") or 0, pre), cell_bytes=f.get("cell_bytes"), context_len=f.get("context_len"),
-            encoder_reserve=f.get("encoder_mem_reserve", 0.05) if f.get("omni") else None,
+            encoder_reserve=f.get("encoder_mem_reserve", 0.05) if f.get("omni") else None, kv_floor_unknown=undecided,
         )
     if system == "vllm":
         total, non_kv, cap = f.get("capacity_bytes"), f.get("non_kv_bytes"), f.get("max_safe_util")
         if not total or non_kv is None or cap is None:
             return None
-        need = budget.kv_floor(f.get("max_model_len"), f.get("cell_bytes"), f.get("kv_needed_bytes"), system="vllm").value
+        need = 0 if undecided else budget.kv_floor(f.get("max_model_len"), f.get("cell_bytes"), f.get("kv_needed_bytes"), system="vllm").value
         return budget.FractionBudget(
             "vllm", f.get("gpu_memory_utilization"), total, f.get("weights_bytes"), need, non_kv_bytes=non_kv, max_util=cap, tp=tp, pp=pp,
-            cell_bytes=f.get("cell_bytes"), context_len=f.get("max_model_len"),
+            cell_bytes=f.get("cell_bytes"), context_len=f.get("max_model_len"), kv_floor_unknown=undecided,
         )
     return None
 

@@ -153,6 +153,11 @@ def kv_floor(context_len: int | None, cell_bytes: int | None, engine_bytes: int 
     return Derived(DEFAULT_KV_FLOOR_BYTES, (Step(assumed[0], assumed[1], DEFAULT_KV_FLOOR_BYTES, "bytes"),))
 
 
+def kv_floor_assumed(context_len: int | None, cell_bytes: int | None, engine_bytes: int | None = None) -> bool:
+    """Whether ``kv_floor`` falls back to its assumed 1 GiB (no engine figure, no context x cell)."""
+    return engine_bytes is None and not (context_len and cell_bytes)
+
+
 def cell_bytes_mha(kv_heads_per_rank: int, head_dim: int, v_head_dim: int, layers: int, dtype_bytes: float) -> int:
     """Per-token KV bytes of MHA/GQA: H*(d_k+d_v)*L*b."""
     return int(kv_heads_per_rank * (head_dim + v_head_dim) * layers * dtype_bytes)
@@ -560,6 +565,8 @@ class FractionBudget:
     cell_bytes: int | None = None
     context_len: int | None = None
     encoder_reserve: float | None = None
+    # One request's KV is not known (only assumed): kv_floor_bytes is 0 and what changes it is unknown.
+    kv_floor_unknown: bool = False
 
     @property
     def flag(self) -> str:
@@ -614,6 +621,9 @@ def _apply_quantization(b: FractionBudget) -> tuple[FractionBudget | None, Step]
 
 
 def _apply_context(b: FractionBudget, tokens: int) -> tuple[FractionBudget | None, Step]:
+    if b.kv_floor_unknown and not b.cell_bytes:
+        # The window already counts no KV for the request: a shorter context cannot lower it further.
+        return b, Step("one request's KV at the shorter context", "per-token KV size unknown; the window counts none", "unchanged", "text")
     if b.cell_bytes:
         floor = tokens * b.cell_bytes
         return replace(b, kv_floor_bytes=floor, context_len=tokens), Step("one request's KV at the shorter context", f"{tokens} tokens * {b.cell_bytes} bytes/token", floor, "bytes")
@@ -636,6 +646,9 @@ def apply_change(b: FractionBudget, flag: str, value: Any) -> tuple[FractionBudg
     if flag == "--quantization":
         return _apply_quantization(b)
     if flag == "--kv-cache-dtype" and str(value).startswith("fp8"):
+        if b.kv_floor_unknown:
+            # As for a shorter context: the window's low end counts no KV, so FP8 leaves it where it is.
+            return b, Step("one request's KV in FP8", "per-token KV size unknown; the window counts none", "unchanged", "text")
         floor = b.kv_floor_bytes // 2
         return replace(b, kv_floor_bytes=floor), Step("one request's KV in FP8", f"{_g(b.kv_floor_bytes)} / 2", floor, "bytes")
     if flag in CONTEXT_FLAGS:

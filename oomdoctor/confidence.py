@@ -8,7 +8,8 @@ reader sees why a finding is at 0.55 and not at its rule's 0.8:
 - the OOM message stops before its last clause (-0.10), for a class computed from its numbers;
 - the serving system is a fallback (from line prefixes or frame paths, not engine lines) (-0.05);
 - the evidence is a fragment (-0.05) or the input stops inside a later record (-0.05);
-- two classes hold equally: capped at 0.60.
+- two classes hold equally: capped at 0.60; so is a startup KV verdict when whether the weights leave
+  room for one request rests on the assumed 1 GiB of KV (weights_dont_fit holds as well).
 Engine-authored verdict lines ("Not enough memory ...", vLLM's KV-cache errors, "Free memory on
 device ... less than desired", a capture failure with an OOM reason) keep >= 0.90 on complete
 evidence. Nothing here is tuned on the field corpus: each step is a fixed fraction of the scale,
@@ -60,6 +61,7 @@ class Evidence:
     system_fallback: bool
     status: str  # complete | incomplete | fragment
     observer_only: bool = False  # the OOM is known only from the capture hook's observer record
+    weights_fit_undecided: bool = False  # weights + one request's KV fit or not only by the assumed KV size
 
 
 def adjust(base: float, used: set[str], ev: Evidence) -> tuple[float, list[Factor]]:
@@ -83,6 +85,12 @@ def adjust(base: float, used: set[str], ev: Evidence) -> tuple[float, list[Facto
     value = base + sum(f.delta for f in factors)
     if engine and base >= ENGINE_FLOOR and ev.status != "incomplete":
         value = max(value, ENGINE_FLOOR)
+    if "weights_fit" in used and ev.weights_fit_undecided and value > TIE_CAP:
+        # The engine says the KV did not fit; which fix (raise the fraction, or shard the model) is
+        # ours to compute, and here it hangs on a per-token KV size the log does not give.
+        what = "whether the weights leave room for one request's KV rests on an assumed 1 GiB (the log gives no per-token KV size): weights_dont_fit holds as well"
+        factors.append(Factor(what, round(TIE_CAP - value, 2)))
+        value = TIE_CAP
     return round(max(0.05, min(value, 0.99)), 2), factors
 
 

@@ -111,6 +111,21 @@ def is_oom_event(event: Event) -> bool:
     return False
 
 
+def implies_kv_failure(event: Event) -> bool:
+    """An engine line that makes a startup KV failure certain, though the failure itself is not in sight.
+
+    vLLM V0 prints its profile arithmetic and block count before raising "No available memory for the
+    cache blocks" (raise_if_cache_size_invalid): a negative KV rest or zero GPU blocks always ends that
+    way. Read as the OOM only when a run has no failure line of its own (a paste cut after them); when
+    the error is there, it stays the line the verdict cites.
+    """
+    if event.kind in (vl.KIND_PROFILE_BREAKDOWN, vl.KIND_PROFILE_V0_RESULTS):
+        return event.get("kv_bytes") is not None and event.get("kv_bytes") < 0
+    if event.kind == vl.KIND_GPU_BLOCKS:
+        return event.get("gpu_blocks") == 0
+    return False
+
+
 def split_runs(events_per_input: list[list[Event]]) -> list[Run]:
     """Segment each input's events into runs (``RunSegmenter``); merge the same run number across inputs."""
     runs: dict[int, Run] = {}

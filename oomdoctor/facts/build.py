@@ -17,7 +17,7 @@ from oomdoctor.facts.reported import reported_facts
 from oomdoctor.facts.store import Facts
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
-from oomdoctor.runs import Run, dedupe_ooms, is_oom_event
+from oomdoctor.runs import Run, dedupe_ooms, implies_kv_failure, is_oom_event
 
 
 def build_facts(
@@ -40,7 +40,7 @@ def build_facts(
         for i, e in enumerate(events)
         # A bare "Killed" or exit 137 is weak alone, but in a plain script's log it is the only trace.
         if is_oom_event(e) or (detected == "torch" and e.kind == tt.KIND_HOST_OOM)
-    ]
+    ] or [i for i, e in enumerate(events) if implies_kv_failure(e)]
     unbalanced = [e for e in events if e.kind == sg.KIND_UNBALANCED]
     ready_before = any(e.kind in (sg.KIND_READY, sg.KIND_SUMMARY) for e in events)
     if not oom_idx and not (unbalanced and not ready_before) and not force:

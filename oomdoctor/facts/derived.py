@@ -66,10 +66,30 @@ def _window_facts(f: Facts, pre: int, capacity_hint: int, refs: tuple[LineRef, .
     floor = kv_floor.value
     f.set("kv_floor_bytes", floor, derivation=kv_floor)
     window = budget.sglang_feasible_window(pre, f.get("weights_bytes"), floor, reserve.value)
+    undecided = False
+    if not window.feasible and budget.kv_floor_assumed(f.get("context_len"), f.get("cell_bytes")):
+        without_kv = budget.sglang_feasible_window(pre, f.get("weights_bytes"), 0, reserve.value)
+        if without_kv.feasible:
+            # Only the assumed KV closes the window: keep the window the log proves (weights, reserve).
+            window, undecided = without_kv, True
     f.set("max_safe_mfs", round(window.high, 4), derivation=Derived(window.high, window.steps))
     f.set("min_viable_mfs", round(window.low, 4), derivation=Derived(window.low, window.steps))
-    f.set("weights_fit", window.feasible, *refs[:2])
     f.set("_window", window)
+    if undecided:
+        f.set("kv_floor_bytes", 0, derivation=Derived(0, (Step("one request's KV", "not counted: the log gives no per-token KV size, and the assumed 1 GiB would close the window", 0, "bytes"),)))
+        _weights_fit_undecided(f)
+    else:
+        f.set("weights_fit", window.feasible, *refs[:2])
+
+
+def _weights_fit_undecided(f: Facts) -> None:
+    """The weights fit with no KV and do not with the assumed one-request KV: the log cannot decide.
+
+    Whether the KV of one request fits beside the weights is then a question of the per-token KV size
+    the log did not give; saying "weights don't fit" (shard the model) or "raise the fraction" would
+    rest on the assumed figure alone. ``weights_fit`` stays unset and the finding says what decides it.
+    """
+    f.set("weights_fit_undecided", True)
 
 
 def foreign_facts(f: Facts, events: list[Event]) -> None:
@@ -119,10 +139,19 @@ def vllm_window(f: Facts) -> None:
     total, non_kv, need = f.get("capacity_bytes"), f.get("non_kv_bytes"), f.get("kv_needed_bytes")
     if not total or non_kv is None:
         return
+    assumed = budget.kv_floor_assumed(f.get("max_model_len"), f.get("cell_bytes"), need)
     need = budget.kv_floor(f.get("max_model_len"), f.get("cell_bytes"), need, system="vllm").value
     needed = budget.vllm_util_for_kv(total, non_kv, need)
-    f.set("min_viable_util", needed.value, derivation=needed)
     free = f.get("free_at_start_bytes")
     cap = budget.vllm_max_safe_util(free, total) if free else Derived(0.95, (Step("largest u (free memory at start unknown)", "vLLM's usual ceiling", 0.95, "fraction"),))
-    f.set("max_safe_util", min(cap.value, VLLM_UTIL_CEILING), derivation=cap)
-    f.set("weights_fit", needed.value <= min(cap.value, VLLM_UTIL_CEILING))
+    ceiling = min(cap.value, VLLM_UTIL_CEILING)
+    f.set("max_safe_util", ceiling, derivation=cap)
+    if needed.value > ceiling and assumed:
+        without_kv = budget.vllm_util_for_kv(total, non_kv, 0)
+        if without_kv.value <= ceiling:
+            # Only the assumed KV puts the least u above the ceiling: keep the bound the log proves.
+            f.set("min_viable_util", without_kv.value, derivation=without_kv)
+            _weights_fit_undecided(f)
+            return
+    f.set("min_viable_util", needed.value, derivation=needed)
+    f.set("weights_fit", needed.value <= ceiling)

@@ -135,9 +135,17 @@ def _startup_error_facts(f: Facts, events: list[Event]) -> None:
         f.set("free_less_than_requested", False)
     profile_assert = first(events, vl.KIND_PROFILE_ASSERT)
     f.set("profile_memory_changed", profile_assert is not None, profile_assert.ref if profile_assert else None)
-    # A negative "Available KV cache memory" is the engine's own arithmetic: no room for KV.
+    # A negative "Available KV cache memory" is the engine's own arithmetic: no room for KV. V0 printed
+    # the same arithmetic in its profile lines ("the rest of the memory reserved for KV Cache is -1.05GiB",
+    # "kv_cache_size=-1.05GiB") and then "# GPU blocks: 0", and its raise_if_cache_size_invalid raises
+    # "No available memory for the cache blocks" for zero blocks: each of these lines decides the class
+    # when a paste stops before that error.
     negative_kv = next((e for e in events if e.kind == vl.KIND_KV_AVAILABLE and (e.get("kv_bytes") or 0) <= 0), None)
-    cause = first(events, vl.KIND_NO_CACHE_BLOCKS) or first(events, vl.KIND_ONE_REQUEST) or negative_kv
+    negative_profile = next(
+        (e for e in events if e.kind in (vl.KIND_PROFILE_BREAKDOWN, vl.KIND_PROFILE_V0_RESULTS) and e.get("kv_bytes") is not None and e.get("kv_bytes") < 0), None
+    )
+    zero_blocks = next((e for e in events if e.kind == vl.KIND_GPU_BLOCKS and e.get("gpu_blocks") == 0), None)
+    cause = first(events, vl.KIND_NO_CACHE_BLOCKS) or first(events, vl.KIND_ONE_REQUEST) or negative_kv or negative_profile or zero_blocks
     f.offer("startup_kv_error", cause is not None, *(cause.refs if cause else ()), source="vllm_errors")
     if cause is not None:
         f.offer("startup_kv_error_kind", cause.kind, source="vllm_errors")
