@@ -1052,6 +1052,9 @@ def _no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[Input
         base["evidence"] = Completeness("incomplete", "another rank did not finish loading and its log is not in the input", ref)
         return Diagnosis(verdict_class="none", verdict_confidence=0.3, verdict_rule=None, summary=summary, findings=[], confidence_factors=factors, inconclusive=True, **base)
     terminal = facts.get("terminal_exception") if facts is not None and other is None else None
+    stopped = _stopped_during_startup(facts, found) if other is None and not terminal else None
+    if stopped is not None:
+        return stopped(base)
     if terminal:
         value, factors = 0.9, []
         message = (facts.get("terminal_exception_message") or "")[:160] if facts is not None else ""
@@ -1088,6 +1091,63 @@ def _no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[Input
         confidence_factors=factors,
         **base,
     )
+
+
+# Startup phases whose every context line marks the phase begun or in progress, never done (graph
+# capture: "Capturing CUDA graphs", "Capture cuda graph begin", its progress bar; its end lines are
+# milestones of another phase). A log whose last phase line is one of these stops inside the phase.
+# Not weight loading, profiling or KV sizing: their context lines include "took N s" and block-count
+# lines printed after the step is done, and a log that stops at such a boundary does not show the
+# next step at all.
+_STARTUP_PHASES = ("graph_capture",)
+# Below a cut record's hypothesis: a cut record shows a crash began; a log that merely stops does not.
+_STOPPED_HYPOTHESIS_DELTA = -0.15
+
+
+def _stopped_during_startup(facts: Facts | None, found: phase_step.Phase) -> Any:
+    """A log that stops inside a startup phase, never ready, with no error, no clean end: a hypothesis.
+
+    "Nothing is wrong" is not what such a log shows: the server had not finished starting when the
+    input ends, so whatever ended it (or the rest of the paste) is missing. Returns a function that
+    builds the verdict from the shared fields, or None when the log does not stop that way.
+    """
+    if facts is None or found.name not in _STARTUP_PHASES or found.ref is None:
+        return None
+    if facts.get("server_ready") or facts.get("clean_end") or facts.get("retraction_events") or facts.get("preemptions"):
+        return None
+    likely = found.likely_class
+    if not likely:
+        return None
+    value = round(confidence.HYPOTHESIS_CAP + _STOPPED_HYPOTHESIS_DELTA, 2)
+    where = f"{found.ref.path}:{found.ref.line}"
+    reason = f"the input stops during {found.name.replace('_', ' ')} (from {where}), before the server was ready, and shows no error"
+    factors = [
+        confidence.Factor(f"the evidence is incomplete: {reason}", round(value - 1.0, 2)),
+        confidence.Factor(f"class inferred from the phase ({found.name}, from {found.source}) only", 0.0),
+    ]
+    message = (
+        f"The log stops during {found.name.replace('_', ' ')} ({_phase_words(found)}), before the server was ready, and shows no error. "
+        f"If the server died there, then it is most likely {likely} — {_HYPOTHESIS_FIX.get(likely, 'see the class documentation')}. "
+        f"If it is still starting, there is nothing to diagnose yet. To decide it, fetch {FETCH_REST}."
+    )
+    hypothesis = Finding(
+        rule=None,
+        klass=likely,
+        confidence=value,
+        message=message,
+        evidence=(found.ref,),
+        recommendations=[],
+        extra={"hypothesis": True, "would_decide": [f"the lines after {where}: {FETCH_REST}"]},
+        factors=factors,
+    )
+
+    def build(base: dict[str, Any]) -> Diagnosis:
+        fields = {**base, "evidence": Completeness("incomplete", reason, found.ref)}
+        return Diagnosis(
+            verdict_class=likely, verdict_confidence=value, verdict_rule=None, summary=message, findings=[hypothesis], confidence_factors=factors, inconclusive=True, **fields
+        )
+
+    return build
 
 
 _HYPOTHESIS_FIX = {

@@ -26,7 +26,10 @@ def phase_facts(f: Facts, events: list[Event], oom_idx: list[int], line_counts: 
         # No OOM evident: the failure is the last record (cut or not) of the run, if any.
         last = records[-1] if records else None
         failure_i = events.index(last) if last is not None else len(events) - 1
-    found = phase.infer(events, failure_i, ooms[0] if ooms else None, records)
+    # Without an OOM or a record there is no failure line: the phase is where the input ends, its last
+    # event included (infer reads "one past the end" as no failure line).
+    phase_i = len(events) if not oom_idx and not records else failure_i
+    found = phase.infer(events, phase_i, ooms[0] if ooms else None, records)
     f.set("phase", found.name, found.ref)
     f.set("phase_source", found.source, found.ref)
     # Serving traffic or a forward frame before the failure means the server was up.

@@ -42,6 +42,11 @@ ANCHORS: tuple[bytes, ...] = (
     b"Not enough memory to handle",
     b"Cannot allocate memory",
     b"memory pressure",
+    b"running low on memory",
+    b"Memory on the node",
+    b"ray-oom-prevention",
+    b"OUT_OF_MEMORY",
+    b"cudaErrorMemoryAllocation",
 )
 
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
@@ -104,6 +109,14 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     ("warmup_prefill", lazy("Not enough memory to handle", r"Not enough memory to handle \d+ prefill tokens")),
     # TensorRT-LLM's executor: "Executor creation failed due to insufficient GPU memory".
     ("trtllm_executor", lazy("insufficient GPU memory", r"insufficient GPU memory")),
+    # ggml (llama.cpp and its servers): "allocating 372.08 MiB on device 0: cudaMalloc failed: out of memory".
+    ("ggml_cuda_malloc", lazy(("cudaMalloc", "hipMalloc"), r"(?:cuda|hip)Malloc\w* failed: out of memory")),
+    # The CUDA driver API's and runtime API's names for it (JAX/XLA on GPU, CuPy, Numba, TensorRT).
+    ("cuda_driver_api", lazy("CUDA_ERROR_OUT_OF_MEMORY", r"CUDA_ERROR_OUT_OF_MEMORY")),
+    ("cuda_runtime_enum", lazy("cudaErrorMemoryAllocation", r"cudaErrorMemoryAllocation")),
+    # XLA (JAX, sglang-jax, vLLM on TPU): "RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...",
+    # "RESOURCE_EXHAUSTED: ... Ran out of memory in memory space hbm".
+    ("xla_resource_exhausted", lazy("RESOURCE_EXHAUSTED", r"RESOURCE_EXHAUSTED:.{0,120}?(?:Out of memory|[Rr]an out of memory)")),
 )
 _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     ("cpu_allocator", "strong", lazy("DefaultCPUAllocator", r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (\d+) bytes)?")),
@@ -112,7 +125,17 @@ _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     # ENOMEM from the host: mmap of a checkpoint, fork of a loader worker.
     ("enomem", "strong", lazy("Cannot allocate memory", r"\[Errno 12\] Cannot allocate memory|Cannot allocate memory \(12\)|unable to mmap \d+ bytes.*Cannot allocate memory")),
     # Ray's memory monitor kills workers before the kernel does.
-    ("ray_memory_monitor", "strong", lazy("memory pressure", r"killed due to memory pressure \(OOM\)|Task was killed due to the node running low on memory")),
+    # Its report may reach a paste without its first sentence: the node's memory line and the link to
+    # Ray's OOM-prevention page are its own too.
+    (
+        "ray_memory_monitor",
+        "strong",
+        lazy(
+            ("memory pressure", "running low on memory", "Memory on the node", "ray-oom-prevention"),
+            r"killed due to memory pressure \(OOM\)|Task was killed due to the node running low on memory"
+            r"|Memory on the node \(IP: [^)]*\) where the (?:task|actor)|docs\.ray\.io/\S*ray-oom-prevention",
+        ),
+    ),
     ("sigkill", "weak", lazy(("Killed", "137", "-9", "signal 9", "SIGKILL"), r"(?:^|[\s\]|])Killed\s*$|\b\d+ Killed\s|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|exit code:?\s*-9\b|signal 9\b|SIGKILL")),
 )
 # The tables as rows the dispatch hands out: only the rows whose needle is in a line are tried.

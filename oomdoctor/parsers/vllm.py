@@ -208,7 +208,7 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
         None,
     ),
     (KIND_GPU_BLOCKS, named('blocks:', r"# (?:GPU|cuda|CUDA|NPU|XPU|HPU) blocks: (?P<gpu_blocks_n>\d+)"), None),
-    (KIND_GRAPH_DONE, named('Graph capturing finished', rf"Graph capturing finished in {_F} secs?, took (?P<graph_gib>{_F}) GiB"), None),
+    (KIND_GRAPH_DONE, named('Graph capturing finished', rf"Graph capturing finished in {_F} secs?(?:, took (?P<graph_gib>{_F}) GiB)?"), None),
     (KIND_GRAPH_ESTIMATE, named('Estimated CUDA graph memory', rf"Estimated CUDA graph memory: (?P<graph_gib>{_F}) GiB total"), None),
     (
         KIND_GRAPH_BEGIN,
