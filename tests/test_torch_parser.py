@@ -246,3 +246,43 @@ def test_ascend_current_active_clause_and_process_without_pid() -> None:
     anon = parse_oom_message("CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 100.00 MiB is free. Process has 9.00 GiB memory in use.")
     (proc,) = anon["processes"]
     assert proc.pid is None and proc.is_self is False
+
+
+def test_other_runtimes_gpu_oom_signatures(tmp_path) -> None:
+    """GPU OOM lines of other runtimes, each as its own format string prints it, reach the parser
+    through the scanner's anchors and are read as driver-level OOMs; near misses are not."""
+    from oomdoctor.api import diagnose
+
+    cases = {
+        # ggml-cuda.cu: "%s: allocating %.2f MiB on device %d: cudaMalloc failed: %s" (llama.cpp#18181)
+        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 372.08 MiB on device 0: cudaMalloc failed: out of memory": "ggml_cuda_malloc",
+        # XLA's stream executor (JAX, sglang-jax on GPU)
+        "E1130 10:00:00.000000 1234 cuda_driver.cc:1089] failed to alloc 2147483648 bytes on host: CUDA_ERROR_OUT_OF_MEMORY: out of memory": "cuda_driver_api",
+        "RuntimeError: CUDA error: cudaErrorMemoryAllocation": "cuda_runtime_enum",
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2147483648 bytes.": "xla_resource_exhausted",
+        "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 17.50G of 15.48G hbm.": "xla_resource_exhausted",
+    }
+    for line, source in cases.items():
+        assert [(e.kind, e.get("source")) for e in feed([line])] == [(KIND_DRIVER_OOM, source)], line
+        log = tmp_path / "one.log"
+        log.write_text(line + "\n")
+        assert diagnose([str(log)]).verdict_class != "none", line
+    near_misses = [
+        "INFO 08-19 07:51:12 model_runner.py:1028] CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization` or enforcing eager mode.",
+        "grpc._channel._InactiveRpcError: status = StatusCode.RESOURCE_EXHAUSTED details = \"Received message larger than max (8388608 vs. 4194304)\"",
+        "ggml_cuda_init: found 1 CUDA devices: Device 0: NVIDIA GeForce RTX 4090, compute capability 8.9",
+    ]
+    for line in near_misses:
+        assert feed([line]) == [], line
+
+
+def test_ray_memory_monitor_report_without_its_first_sentence() -> None:
+    """Ray's OOM report reaches pastes without "Task was killed due to the node running low on memory"."""
+    events = feed([
+        "Memory on the node (IP: 169.254.181.2, ID: 708c7baf966d59aa3f08299830c349ca055293ebb1c33d8e72cd3336) where the task (actor ID: "
+        "0dab4ab45f6c947201afac6d01000000, name=RayWorkerVllm.__init__, pid=308, memory used=11.15GB) was running was 12.49GB / 13.15GB (0.95), "
+        "which exceeds the memory usage threshold of 0.95.",
+        "Refer to the documentation on how to address the out of memory issue: https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.",
+    ])
+    assert [(e.kind, e.get("source"), e.get("strength")) for e in events] == [(KIND_HOST_OOM, "ray_memory_monitor", "strong")] * 2
+    assert feed(["Memory on the node is fine: 3.2GB / 64GB"]) == []
