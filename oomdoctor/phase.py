@@ -133,8 +133,21 @@ def classify_frames(frames: tuple[tuple[str, str], ...] | list[tuple[str, str]] 
     return None
 
 
+# Ray's log deduplication prints the first of a run of similar lines at once and the rest, up to five
+# seconds later, as one line ending "[repeated 30x across cluster]": a late copy of what happened
+# before, so it says nothing about where the processes are now.
+_RAY_DEDUP_COPY = LazyRegex("across cluster]", r"\[repeated \d+x across cluster\]\s*$")
+
+
+def late_copy(text: str) -> bool:
+    """Whether a line is Ray's deduplicated copy of earlier lines (not a sign of the current phase)."""
+    return _RAY_DEDUP_COPY.search(text) is not None
+
+
 def classify_context(text: str) -> ContextRule | None:
     """The context rule a log line matches (its phase, and whether it may follow the failure), or None."""
+    if late_copy(text):
+        return None
     for rule in tables().context:
         if rule.pattern.search(text):
             return rule
@@ -147,7 +160,7 @@ def milestone_phase(events: list[Event], index: int) -> tuple[str, LineRef | Non
     table = tables().milestones
     for event in events[:index]:
         found = table.get(event.kind)
-        if found is not None:
+        if found is not None and not late_copy(event.ref.text):
             phase, ref = found, event.ref
     return phase, ref
 

@@ -23,3 +23,23 @@ def test_a_bad_pattern_fails_at_first_use_not_silently() -> None:
     except re.error:
         return
     raise AssertionError("an invalid table pattern did not raise")
+
+
+def test_ray_dedup_copies_do_not_move_the_phase(tmp_path) -> None:
+    """Ray prints "[repeated Nx across cluster]" copies up to 5 s late: they are not where the workers are now."""
+    from oomdoctor.api import diagnose
+
+    capture = "(RayWorkerWrapper pid=1861983) INFO 03-27 10:29:03 [model_runner.py:1442] Capturing cudagraphs for decoding. This may lead to unexpected consequences if the model is not static.\n"
+    profile = "(RayWorkerWrapper pid=1463574, ip=192.168.10.60) INFO 03-27 10:29:01 [worker.py:267] Memory profiling takes 4.26 seconds"
+    breakdown = (
+        "(RayWorkerWrapper pid=1463574, ip=192.168.10.60) INFO 03-27 10:29:01 [worker.py:267] model weights take 20.64GiB; non_torch_memory takes 0.28GiB; "
+        "PyTorch activation peak memory takes 1.52GiB; the rest of the memory reserved for KV Cache is 21.20GiB."
+    )
+    assert phase.late_copy(profile + " [repeated 30x across cluster]") and not phase.late_copy(profile)
+    log = tmp_path / "ray.log"
+    log.write_text(capture + f"{profile} [repeated 30x across cluster]\n{breakdown} [repeated 30x across cluster]\n")
+    d = diagnose([str(log)])
+    assert d.phase.name == "graph_capture" and d.verdict_class == "cuda_graph"
+    # The same lines as first instances (no dedup suffix) are later news: the phase moves on.
+    log.write_text(capture + f"{profile}\n{breakdown}\n")
+    assert diagnose([str(log)]).phase.name != "graph_capture"
