@@ -43,3 +43,14 @@ def test_ray_dedup_copies_do_not_move_the_phase(tmp_path) -> None:
     # The same lines as first instances (no dedup suffix) are later news: the phase moves on.
     log.write_text(capture + f"{profile}\n{breakdown}\n")
     assert diagnose([str(log)]).phase.name != "graph_capture"
+
+
+def test_a_steps_input_preparation_is_a_serving_frame() -> None:
+    """A paste cut above execute_model still shows a serving step by its input preparation frames."""
+    runner = "/vllm-workspace/vllm-ascend/vllm_ascend/worker/model_runner_v1.py"
+    assert phase.classify_frames(((runner, "_process_reqs"), (runner, "_make_attention_mask"))) == "serving"
+    assert phase.classify_frames((("/x/vllm/v1/worker/gpu_model_runner.py", "_prepare_inputs"),)) == "serving"
+    # The same name outside a model runner (a user's script) says nothing.
+    assert phase.classify_frames((("/home/me/train.py", "_prepare_inputs"),)) is None
+    # Profiling still wins over a step's preparation when both are on the stack (table order).
+    assert phase.classify_frames(((runner, "profile_run"), (runner, "_process_reqs"))) == "profiling"
