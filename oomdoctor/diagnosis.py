@@ -21,6 +21,7 @@ from oomdoctor.errors import InputError, UsageError
 from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.facts import Facts, build_facts
 from oomdoctor.gpus import smallest_card_holding
+from oomdoctor.indentation import dedented
 from oomdoctor.inputs import (
     MONITORING_SUFFIXES,
     InputStats,
@@ -242,7 +243,10 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
         for e in reported:
             store.add(e)
 
-    chunks = oldest_first(issue_chunks(iter_line_chunks(path, stats), path, display, issue_note), reversed_note)
+    def dedent_note(columns: int) -> None:
+        stats.warn(f"every line is indented by the same {columns} column(s) (an indented paste): read without them")
+
+    chunks = dedented(oldest_first(issue_chunks(iter_line_chunks(path, stats), path, display, issue_note), reversed_note), dedent_note)
     for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS):
         if line.system:
             stats.system_hints[line.system] = stats.system_hints.get(line.system, 0) + 1

@@ -1,0 +1,63 @@
+"""Pastes indented as a whole: a markdown code block by indentation, a list item's block, a quoted mail.
+
+Every later step reads a line's own layout: a traceback's frames two spaces in and their source lines
+four, a log prefix at the start of the line. A small input whose every non-blank line starts with the
+same whitespace is read with that whitespace removed, and the input says so. Only when something
+then starts at the margin other than a frame: a paste of traceback frames alone (frames at two
+spaces, source lines at four) is already as the interpreter printed it. Large inputs stream as they
+are (an indented paste is small).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+from oomdoctor.limits import whole_if_small
+
+DEDENT_MAX_BYTES = 8 << 20
+_BLANK = b" \t\r"
+
+
+def common_indent(lines: list[bytes]) -> bytes:
+    """The whitespace every non-blank line starts with (b"" when none, or when there are no lines)."""
+    prefix: bytes | None = None
+    for line in lines:
+        if not line.strip(_BLANK):
+            continue
+        own = line[: len(line) - len(line.lstrip(b" \t"))]
+        if prefix is None:
+            prefix = own
+        else:
+            n = 0
+            for a, b in zip(prefix, own, strict=False):  # the shorter decides
+                if a != b:
+                    break
+                n += 1
+            prefix = prefix[:n]
+        if not prefix:
+            return b""
+    return prefix or b""
+
+
+def _worth_removing(lines: list[bytes], indent: bytes) -> bool:
+    # Something other than a traceback frame must reach the margin once the indent is gone.
+    for line in lines:
+        rest = line[len(indent) :]
+        if rest.strip(_BLANK) and rest[:1] not in (b" ", b"\t") and not rest.startswith(b'File "'):
+            return True
+    return False
+
+
+def dedented(chunks: Iterable[bytes], on_dedent: Callable[[int], None]) -> Iterator[bytes]:
+    """Pass chunks through; a small input indented as a whole is yielded once, with the indent removed."""
+    data, rest = whole_if_small(chunks, DEDENT_MAX_BYTES)
+    if data is None:
+        yield from rest
+        return
+    lines = data.split(b"\n")
+    indent = common_indent(lines)
+    if not indent or not _worth_removing(lines, indent):
+        yield data
+        return
+    on_dedent(len(indent))
+    yield b"\n".join(line[len(indent) :] if line.startswith(indent) else line.lstrip(b" \t") for line in lines)
