@@ -1,0 +1,47 @@
+"""Every positive fixture keeps its diagnosis under the damage pastes add around the program's output.
+
+A markdown quote ("> "), Windows line ends, ANSI colour codes kept by a terminal copy, a docker
+compose prefix, and an indent over the whole paste (a markdown indented block, a list item, a tab)
+change how each line starts, not what it says: the class, the rule and the evidence status stay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from oomdoctor._toml import tomllib
+from oomdoctor.api import diagnose
+
+from conftest import FIXTURES
+
+DAMAGE: dict[str, Callable[[str], str]] = {
+    "markdown_quote": lambda line: "> " + line,
+    "crlf": lambda line: line + "\r",
+    "ansi": lambda line: "\x1b[32m" + line + "\x1b[0m",
+    "docker_compose": lambda line: "sglang-1  | " + line,
+    "indented_4": lambda line: "    " + line,
+    "indented_tab": lambda line: "\t" + line,
+}
+
+POSITIVES = sorted(p for p in FIXTURES.glob("*/pos_*.log") if (p.parent / (p.name.removesuffix(".log") + ".expect.toml")).exists())
+
+
+@pytest.mark.parametrize("path", POSITIVES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_damage_keeps_the_diagnosis(path: Path, tmp_path: Path) -> None:
+    want = tomllib.loads((path.parent / (path.name.removesuffix(".log") + ".expect.toml")).read_text())
+    original = diagnose([str(path)])
+    assert original.verdict_class == want["class"]
+    lines = path.read_text(errors="replace").split("\n")
+    for name, damage in DAMAGE.items():
+        pasted = tmp_path / f"{name}.log"
+        pasted.write_text("\n".join(damage(line) if line else line for line in lines), newline="")
+        d = diagnose([str(pasted)])
+        got = (d.verdict_class, d.verdict_rule, d.evidence.status)
+        assert got == (original.verdict_class, original.verdict_rule, original.evidence.status), name
+
+
+def test_the_fixture_set_is_found() -> None:
+    assert len(POSITIVES) >= 90
