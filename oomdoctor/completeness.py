@@ -7,6 +7,8 @@ says it was cut. ``fragment``: a quoted message with next to no log around it.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from oomdoctor.evidence import Event, LineRef
@@ -36,22 +38,29 @@ class Completeness:
         return {"status": self.status, "reason": self.reason}
 
 
-def open_record_at_end(records: list[Event], total_lines: int) -> Event | None:
+def lines_after(line: int, total_lines: int, pieces: Sequence[int] = ()) -> int:
+    """Lines of the input after ``line``, not counting a hard wrap's pieces (blank lines now, oomdoctor/unwrap.py)."""
+    return total_lines - line - (len(pieces) - bisect_right(pieces, line))
+
+
+def open_record_at_end(records: list[Event], total_lines: int, pieces: Sequence[int] = ()) -> Event | None:
     """The record the input stops inside of, if any."""
     for r in reversed(records):
-        if not r.get("complete") and r.get("last_line", 0) >= total_lines - _TAIL_SLACK_LINES:
+        if not r.get("complete") and lines_after(r.get("last_line", 0), total_lines, pieces) <= _TAIL_SLACK_LINES:
             return r
     return None
 
 
-def assess(events: list[Event], records: list[Event], cuts: list[Event], total_lines: int, oom_decided: bool, engine_events: int) -> Completeness:
+def assess(
+    events: list[Event], records: list[Event], cuts: list[Event], total_lines: int, oom_decided: bool, engine_events: int, pieces: Sequence[int] = ()
+) -> Completeness:
     """Completeness of one run's evidence.
 
     ``oom_decided``: a whole OOM message or an engine verdict line is evident (the class does not
     hang on what was cut). ``engine_events``: events other than the failure itself (startup lines,
-    context), to tell a fragment from a log.
+    context), to tell a fragment from a log. ``pieces``: sorted line numbers of a hard wrap's pieces.
     """
-    cut_record = open_record_at_end(records, total_lines)
+    cut_record = open_record_at_end(records, total_lines, pieces)
     if cut_record is not None:
         if cut_record.get("opened_by") == "hit_exception" and not cut_record.get("frames"):
             reason = f"'{cut_record.ref.text.strip()[:80]}' at line {cut_record.ref.line} with nothing after it"
@@ -59,7 +68,7 @@ def assess(events: list[Event], records: list[Event], cuts: list[Event], total_l
             reason = f"the input stops inside a traceback (from line {cut_record.ref.line}) before its exception line"
         return Completeness("incomplete", reason, cut_record.ref, record_open=True)
     header = next((e for e in reversed(events) if e.kind in _FAILURE_HEADERS), None)
-    if header is not None and not oom_decided and header.ref.line >= total_lines - _TAIL_SLACK_LINES and not any(r.ref.line >= header.ref.line for r in records) and not any(
+    if header is not None and not oom_decided and lines_after(header.ref.line, total_lines, pieces) <= _TAIL_SLACK_LINES and not any(r.ref.line >= header.ref.line for r in records) and not any(
         e.ref.line > header.ref.line and e.kind != "context_line" for e in events
     ):
         # "EngineCore failed to start." and then nothing: the failure began, its cause is cut off.
@@ -69,6 +78,7 @@ def assess(events: list[Event], records: list[Event], cuts: list[Event], total_l
         return Completeness("incomplete", f"the paste was cut at line {c.ref.line} ('{c.get('text')}')", c.ref)
     if total_lines == 0 and any(e.get("source") == "capture_observer" for e in events):
         return Completeness("fragment", "the capture hook's record of the OOM alone: no input holds the message, the traceback or the server's log")
-    if total_lines <= _FRAGMENT_MAX_LINES and engine_events == 0:
-        return Completeness("fragment", f"a quoted message of {total_lines} line(s) without the log around it")
+    content_lines = total_lines - len(pieces)
+    if content_lines <= _FRAGMENT_MAX_LINES and engine_events == 0:
+        return Completeness("fragment", f"a quoted message of {content_lines} line(s) without the log around it")
     return Completeness("complete")

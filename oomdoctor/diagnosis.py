@@ -21,7 +21,6 @@ from oomdoctor.errors import InputError, UsageError
 from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.facts import Facts, build_facts
 from oomdoctor.gpus import smallest_card_holding
-from oomdoctor.indentation import dedented
 from oomdoctor.inputs import (
     MONITORING_SUFFIXES,
     InputStats,
@@ -34,11 +33,11 @@ from oomdoctor.inputs import (
     unread_input,
 )
 from oomdoctor.issue_input import issue_chunks
-from oomdoctor.ordering import oldest_first
 from oomdoctor.parsers import records as rc
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
+from oomdoctor.paste import repaired
 from oomdoctor.prefixes import split_prefix
 from oomdoctor.readings import Readings
 from oomdoctor.readings import read as read_readings
@@ -246,7 +245,11 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
     def dedent_note(columns: int) -> None:
         stats.warn(f"every line is indented by the same {columns} column(s) (an indented paste): read without them")
 
-    chunks = dedented(oldest_first(issue_chunks(iter_line_chunks(path, stats), path, display, issue_note), reversed_note), dedent_note)
+    def unwrap_note(width: int, pieces: tuple[int, ...]) -> None:
+        stats.joined_pieces = pieces
+        stats.warn(f"lines are cut at column {width} (a terminal's hard wrap): each cut line is read joined to its rest")
+
+    chunks = repaired(issue_chunks(iter_line_chunks(path, stats), path, display, issue_note), reversed_note, dedent_note, unwrap_note)
     for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS):
         if line.system:
             stats.system_hints[line.system] = stats.system_hints.get(line.system, 0) + 1
@@ -589,6 +592,8 @@ def _diagnose(paths: list[str], rules: list[Rule], system: str | None, recommend
     # When no event names the system (an OOM traceback alone), the line prefixes' style decides.
     hint = max(sorted(hints), key=lambda k: hints[k]) if hints else None
     line_counts = {s.path: s.lines for s in stats_list}
+    # A hard wrap's pieces, read joined to their line, are blank lines now, not log of their own.
+    joined_pieces = {s.path: s.joined_pieces for s in stats_list if s.joined_pieces}
     across = _across_nodes(read_paths, stats_list[: len(read_paths)], per_input, log_paths)
     observed = _observer_oom(gathered) if across is None else None
     if observed is not None and not any(is_oom_event(e) for events in per_input for e in events):
@@ -599,7 +604,7 @@ def _diagnose(paths: list[str], rules: list[Rule], system: str | None, recommend
         runs = split_runs(streams)
         history = _IncidentHistory()
         for i, run in enumerate(runs):
-            facts = build_facts(run, system=system, hint=hint, collected=gathered if i == len(runs) - 1 else (), line_counts=line_counts)
+            facts = build_facts(run, system=system, hint=hint, collected=gathered if i == len(runs) - 1 else (), line_counts=line_counts, joined_pieces=joined_pieces)
             if facts is not None:
                 if i == len(runs) - 1:
                     _monitoring_facts(facts, gathered, across, read_paths)
@@ -642,7 +647,7 @@ def _diagnose(paths: list[str], rules: list[Rule], system: str | None, recommend
             readings=read_readings(last.facts.events),
         )
     all_runs = [r for _, rs in histories for r in rs]
-    last_facts = build_facts(runs[-1], force=True, system=system, hint=hint, collected=gathered, line_counts=line_counts) if runs else None
+    last_facts = build_facts(runs[-1], force=True, system=system, hint=hint, collected=gathered, line_counts=line_counts, joined_pieces=joined_pieces) if runs else None
     if last_facts is not None:
         _nodes_facts(last_facts, _timeline_of(across, chosen), "none")
     return _no_oom_verdict(all_runs, last_facts, stats_list)

@@ -2,19 +2,15 @@
 
 Every later step reads a line's own layout: a traceback's frames two spaces in and their source lines
 four, a log prefix at the start of the line. A small input whose every non-blank line starts with the
-same whitespace is read with that whitespace removed, and the input says so. Only when something
+same whitespace (oomdoctor/paste.py) is read with that whitespace removed, and the input says so. Only when something
 then starts at the margin other than a frame: a paste of traceback frames alone (frames at two
-spaces, source lines at four) is already as the interpreter printed it. Large inputs stream as they
-are (an indented paste is small).
+spaces, source lines at four) is already as the interpreter printed it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 
-from oomdoctor.limits import whole_if_small
-
-DEDENT_MAX_BYTES = 8 << 20
 _BLANK = b" \t\r"
 
 
@@ -48,16 +44,11 @@ def _worth_removing(lines: list[bytes], indent: bytes) -> bool:
     return False
 
 
-def dedented(chunks: Iterable[bytes], on_dedent: Callable[[int], None]) -> Iterator[bytes]:
-    """Pass chunks through; a small input indented as a whole is yielded once, with the indent removed."""
-    data, rest = whole_if_small(chunks, DEDENT_MAX_BYTES)
-    if data is None:
-        yield from rest
-        return
+def dedent(data: bytes, on_dedent: Callable[[int], None]) -> bytes:
+    """``data`` as it is, or with the indent every non-blank line shares removed."""
     lines = data.split(b"\n")
     indent = common_indent(lines)
     if not indent or not _worth_removing(lines, indent):
-        yield data
-        return
+        return data
     on_dedent(len(indent))
-    yield b"\n".join(line[len(indent) :] if line.startswith(indent) else line.lstrip(b" \t") for line in lines)
+    return b"\n".join(line[len(indent) :] if line.startswith(indent) else line.lstrip(b" \t") for line in lines)

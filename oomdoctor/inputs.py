@@ -72,6 +72,9 @@ class InputStats:
     system_hints: dict[str, int] = field(default_factory=dict)
     # A line prefix named a node (kubectl --prefix, srun -l, Ray): the input multiplexes several.
     node_prefixed: bool = False
+    # Lines that were pieces of hard-wrapped lines, read joined to the line they were cut from
+    # (oomdoctor/unwrap.py): blank now, so that line numbers stay the file's; not log content.
+    joined_pieces: tuple[int, ...] = ()
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:

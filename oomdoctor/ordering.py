@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 
-from oomdoctor.limits import whole_if_small
-
-# Inputs up to this size are buffered to check their order; a console export is far smaller.
-REORDER_MAX_BYTES = 8 << 20
 # At least this many timestamped lines, and this share of decreasing steps between them.
 _MIN_STAMPS = 5
 _DECREASING_SHARE = 0.8
@@ -46,17 +42,12 @@ def is_newest_first(data: bytes) -> bool:
     return down / len(steps) >= _DECREASING_SHARE
 
 
-def oldest_first(chunks: Iterable[bytes], on_reversed: Callable[[], None]) -> Iterator[bytes]:
-    """Pass chunks through; a small newest-first input is yielded once, reversed line by line."""
-    data, rest = whole_if_small(chunks, REORDER_MAX_BYTES)
-    if data is None:
-        yield from rest
-        return
+def oldest_first(data: bytes, on_reversed: Callable[[], None]) -> bytes:
+    """``data`` as it is, or reversed line by line when it is a newest-first export."""
     if data and is_newest_first(data):
         on_reversed()
         lines = data.splitlines(keepends=True)
         if lines and not lines[-1].endswith(b"\n"):
             lines[-1] += b"\n"
-        yield b"".join(reversed(lines))
-        return
-    yield data
+        return b"".join(reversed(lines))
+    return data

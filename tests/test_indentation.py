@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from oomdoctor.api import diagnose
-from oomdoctor.indentation import common_indent, dedented
+from oomdoctor.indentation import common_indent, dedent
 
 from conftest import FIXTURES
 
@@ -38,7 +38,7 @@ def test_frames_alone_are_not_dedented() -> None:
     ]
     assert common_indent(frames) == b"  "
     notes: list[int] = []
-    assert b"".join(dedented([b"\n".join(frames) + b"\n"], notes.append)) == b"\n".join(frames) + b"\n" and notes == []
+    assert dedent(b"\n".join(frames) + b"\n", notes.append) == b"\n".join(frames) + b"\n" and notes == []
     # With the exception line at the margin there is no common indent at all.
     assert common_indent([*frames, b"torch.OutOfMemoryError: CUDA out of memory."]) == b""
 
@@ -50,9 +50,9 @@ def test_mixed_tabs_and_spaces_share_only_their_common_part() -> None:
 
 
 def test_a_large_input_streams_untouched() -> None:
-    from oomdoctor import indentation
+    from oomdoctor import paste
 
-    big = [b"    x" * 1000 + b"\n"] * ((indentation.DEDENT_MAX_BYTES // 5000) + 10)
-    notes: list[int] = []
-    out = list(dedented(iter(big), notes.append))
+    big = [b"    x" * 1000 + b"\n"] * ((paste.PASTE_MAX_BYTES // 5000) + 10)
+    notes: list[object] = []
+    out = list(paste.repaired(iter(big), lambda: notes.append("r"), notes.append, lambda w, p: notes.append(w)))
     assert b"".join(out) == b"".join(big) and notes == []

@@ -27,6 +27,7 @@ def build_facts(
     hint: str | None = None,
     collected: Any = (),
     line_counts: dict[str, int] | None = None,
+    joined_pieces: dict[str, tuple[int, ...]] | None = None,
 ) -> Facts | None:
     """Facts for the incident of one run, or None when the run shows no OOM (unless ``force``).
 
@@ -67,5 +68,5 @@ def build_facts(
         vllm.vllm_facts(f, events, first_i)
     if collected:
         collected_facts(f, list(collected))
-    phase_facts(f, events, oom_idx, line_counts or {})
+    phase_facts(f, events, oom_idx, line_counts or {}, joined_pieces or {})
     return f

@@ -17,7 +17,7 @@ _TRAINING_RE = re.compile(r"(?i)\btrain\w*|finetun|fine_tun|backward|optimizer|t
 _STAGE_FLAGS = {"weight_loading": "weight_load_oom", "cuda_graph": "capture_oom", "encoder": "encoder_oom"}
 
 
-def phase_facts(f: Facts, events: list[Event], oom_idx: list[int], line_counts: dict[str, int]) -> None:
+def phase_facts(f: Facts, events: list[Event], oom_idx: list[int], line_counts: dict[str, int], joined_pieces: dict[str, tuple[int, ...]] | None = None) -> None:
     records = [e for e in events if e.kind == rc.KIND_RECORD]
     ooms = [events[i] for i in oom_idx if events[i].kind in OOM_KINDS]
     if oom_idx:
@@ -37,7 +37,7 @@ def phase_facts(f: Facts, events: list[Event], oom_idx: list[int], line_counts: 
         f.set("server_ready", True, found.ref)
     _stage_facts(f, found)
     path = (events[failure_i].ref.path if events else None) or ""
-    _completeness_facts(f, events, records, ooms, path, line_counts)
+    _completeness_facts(f, events, records, ooms, path, line_counts, (joined_pieces or {}).get(path, ()))
     frames = [fr for e in events if e.kind in (*OOM_KINDS, rc.KIND_RECORD) for fr in (e.get("frames") or ())]
     f.set("training_script", any(_TRAINING_RE.search(f"{p} {func}") for p, func in frames))
     terminal = next((r for r in reversed(records) if r.get("complete") and not r.get("chain_has_oom")), None)
@@ -68,13 +68,15 @@ def _stage_facts(f: Facts, found: phase.Phase) -> None:
         f.set(flag, True, found.ref)
 
 
-def _completeness_facts(f: Facts, events: list[Event], records: list[Event], ooms: list[Event], path: str, line_counts: dict[str, int]) -> None:
+def _completeness_facts(
+    f: Facts, events: list[Event], records: list[Event], ooms: list[Event], path: str, line_counts: dict[str, int], pieces: tuple[int, ...] = ()
+) -> None:
     cuts = [e for e in events if e.kind == rc.KIND_CUT]
     in_path = [r for r in records if r.ref.path == path]
     startup_failure = f.get("startup_kv_error") or f.get("capture_oom") or f.get("kv_alloc_failed") or f.get("req_slots_failed")
     whole_oom = any(e.get("complete", True) for e in ooms) or bool(startup_failure)
     context = sum(1 for e in events if e.kind not in (*OOM_KINDS, rc.KIND_RECORD, rc.KIND_CUT))
-    done = completeness.assess(events, in_path, [c for c in cuts if c.ref.path == path], line_counts.get(path, 0), whole_oom, context)
+    done = completeness.assess(events, in_path, [c for c in cuts if c.ref.path == path], line_counts.get(path, 0), whole_oom, context, pieces)
     f.set("evidence_status", done.status, done.ref)
     if done.reason:
         f.set("evidence_reason", done.reason)

@@ -1,0 +1,121 @@
+"""Pastes hard-wrapped by a terminal: long lines cut at a fixed column, read as the program printed them.
+
+A terminal (or a copy from one) cuts every line longer than its width into pieces of exactly that
+width; the pieces land in the paste as separate lines, and a message split that way is lost to the
+parsers (an OOM message whose numbers run onto the next line, a "Load weight end ... avail mem="
+line cut before its figure). The width shows itself: it is the length of the longest lines, and
+several lines have exactly that length. Each such line is joined with the line after it, unless
+that line starts something of its own (a log prefix, a traceback line, a table row, a blank line).
+
+A markdown quote ("> ") added when the paste was posted is on every piece; it is set aside while the
+pieces are joined. Line numbers stay those of the file: a joined line keeps the number of its first piece and the
+pieces after it become blank lines, so every citation still points at the line a reader will find;
+the pieces' line numbers are reported, and the completeness step does not count them as log.
+Only small inputs (pastes) are read this way (oomdoctor/paste.py); large logs stream as they are.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+
+from oomdoctor.prefixes import split_prefix, strip_ansi
+
+# Narrower than any terminal a server log is read in; shorter "widths" are ordinary short lines.
+MIN_WIDTH = 40
+# The width must show at least this many times: one line of maximal length is just the longest line.
+MIN_PIECES = 2
+_STARTS_OF_THEIR_OWN = ('File "', "Traceback", "During handling", "The above exception", "|", "+", "[... cut", "```")
+
+
+# A traceback's exception line ("torch.OutOfMemoryError: ...", "RuntimeError: ...").
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)(?::|$)")
+
+
+def _starts_a_line(text: str) -> bool:
+    """Whether a physical line begins a line of its own (not the rest of the line above it).
+
+    A line exactly as long as the wrap width looks like a cut one; what follows it decides.
+    """
+    if not text.strip():
+        return True
+    if text.lstrip().startswith(_STARTS_OF_THEIR_OWN) or _EXCEPTION_LINE.match(text):
+        return True
+    # Any prefix a program or collector puts at a line's start (a timestamp, a rank tag, a docker
+    # service, kubectl's pod) starts a line: a cut piece starts wherever the cut fell.
+    return split_prefix(text).msg.strip() != strip_ansi(text).strip()
+
+
+def wrap_width(lines: list[str]) -> int | None:
+    """The column a terminal cut these lines at, or None when they do not look cut."""
+    lengths = Counter(len(line) for line in lines)
+    if not lengths:
+        return None
+    width = max(lengths)
+    if width < MIN_WIDTH or lengths[width] < MIN_PIECES:
+        return None
+    joinable = sum(1 for i, line in enumerate(lines[:-1]) if len(line) == width and not line.endswith("|") and not _starts_a_line(lines[i + 1]))
+    return width if joinable >= MIN_PIECES else None
+
+
+def unwrap_lines(lines: list[str], width: int) -> list[str]:
+    """The lines with each cut piece joined to the one before it; as many lines as before.
+
+    A joined line keeps the number of its first piece and blank lines take the others' (the
+    completeness step is told which lines they are, so they do not count as log after a record).
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        joined, pieces = lines[i], 1
+        while len(lines[i + pieces - 1]) == width and not lines[i + pieces - 1].endswith("|") and i + pieces < len(lines) and not _starts_a_line(lines[i + pieces]):
+            joined += lines[i + pieces]
+            pieces += 1
+        out.append(joined)
+        out.extend([""] * (pieces - 1))
+        i += pieces
+    return out
+
+
+def quote_marker(lines: list[str]) -> str:
+    """The markdown quote ("> ", "> > ") every line with content starts with: added after the wrap, so
+    each cut piece carries it too. "" when there is none."""
+    marker: str | None = None
+    for line in lines:
+        if line.strip() in ("", ">"):
+            continue
+        own = line[: len(line) - len(line.lstrip("> "))]
+        if not own.startswith(">"):
+            return ""
+        if marker is None:
+            marker = own
+        else:
+            n = 0
+            for a, b in zip(marker, own, strict=False):  # the shorter decides
+                if a != b:
+                    break
+                n += 1
+            marker = marker[:n]
+    return marker or ""
+
+
+def unwrap(data: bytes, on_unwrap: Callable[[int, tuple[int, ...]], None]) -> bytes:
+    """``data`` as it is, or with its hard-wrapped lines joined (as many lines as before).
+
+    ``on_unwrap(width, pieces)``: the wrap column and the (1-based) numbers of the lines that were
+    pieces and are now blank.
+    """
+    text = data.decode("utf-8", "surrogateescape")
+    ends_cr = "\r\n" in text
+    lines = text.replace("\r\n", "\n").split("\n")
+    marker = quote_marker(lines)
+    bodies = [line[len(marker) :] if line.startswith(marker) else "" if line.strip() in ("", ">") else line for line in lines] if marker else lines
+    width = wrap_width(bodies)
+    if width is None:
+        return data
+    joined = unwrap_lines(bodies, width)
+    on_unwrap(width, tuple(n for n, (before, after) in enumerate(zip(bodies, joined, strict=True), 1) if before and not after))
+    if marker:
+        joined = [marker + body if body else original if not original.startswith(marker) else "" for body, original in zip(joined, lines, strict=True)]
+    return ("\r\n" if ends_cr else "\n").join(joined).encode("utf-8", "surrogateescape")

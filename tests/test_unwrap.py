@@ -1,0 +1,76 @@
+"""A terminal's hard wrap is undone where it shows; tables, short logs and unwrapped logs are left alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oomdoctor.api import diagnose
+from oomdoctor.completeness import lines_after
+from oomdoctor.unwrap import quote_marker, unwrap, unwrap_lines, wrap_width
+
+from conftest import FIXTURES
+
+OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. GPU 1 has a total capacity of 79.19 GiB of which 2.02 GiB is free. "
+    "Including non-PyTorch memory, this process has 77.16 GiB memory in use. Of the allocated memory 73.38 GiB is allocated by PyTorch, and "
+    "2.26 GiB is reserved by PyTorch but unallocated."
+)
+
+
+def _cut(line: str, width: int) -> list[str]:
+    return [line[i : i + width] for i in range(0, len(line), width)]
+
+
+def test_pieces_are_joined_and_line_numbers_kept() -> None:
+    lines = ["[2026-03-02 10:00:41 TP0] Decode batch. #running-req: 12", *_cut(OOM, 90), "[2026-03-02 10:00:42] Exiting."]
+    width = wrap_width(lines)
+    assert width == 90
+    out = unwrap_lines(lines, width)
+    assert len(out) == len(lines)
+    assert out[1] == OOM and all(line == "" for line in out[2 : 1 + len(_cut(OOM, 90))])
+    assert out[-1] == lines[-1]
+
+
+def test_a_log_line_after_a_full_width_line_is_not_joined() -> None:
+    same = "[2026-03-02 10:00:41 TP0] Prefill batch. #new-seq: 1, #new-token: 8192, #cached-token: 0"
+    lines = [same, same, same, "[2026-03-02 10:00:42 TP0] Decode batch. #running-req: 1"]
+    assert wrap_width(lines) is None  # every line after a longest line starts a log line of its own
+
+
+def test_nvidia_smi_tables_and_short_texts_are_left_alone() -> None:
+    table = [
+        "+-----------------------------------------------------------------------------------------+",
+        "| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: 12.4     |",
+        "|-----------------------------------------+------------------------+----------------------+",
+        "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:18:00.0 Off |                    0 |",
+        "+-----------------------------------------+------------------------+----------------------+",
+    ]
+    assert wrap_width(table) is None
+    assert wrap_width(["short", "lines", "only"]) is None and wrap_width([]) is None
+
+
+def test_a_quoted_wrapped_paste_joins_without_the_quote_marks() -> None:
+    lines = ["> " + piece for piece in _cut(OOM, 80)]
+    assert quote_marker(lines) == "> "
+    notes: list[tuple[int, tuple[int, ...]]] = []
+    out = unwrap(("\n".join(lines) + "\n").encode(), lambda w, p: notes.append((w, p))).decode()
+    assert out.split("\n")[0] == "> " + OOM
+    assert notes == [(80, tuple(range(2, len(lines) + 1)))]
+
+
+def test_a_real_hard_wrapped_paste_is_read_whole() -> None:
+    """SergiioB/intel-arc-pro-b70-inference-cookbook#4: vLLM's V9 message cut at column 119."""
+    d = diagnose([str(FIXTURES / "vllm-startup-kv/pos_real_arc_b70_wrapped.log")])
+    assert d.verdict_class == "startup_kv"
+    assert any("cut at column 119" in w for s in d.inputs for w in s.warnings)
+    cited = d.findings[0].evidence[0]
+    assert cited.line == 17 and "KV cache is needed" in cited.text
+
+
+def test_pieces_do_not_count_as_log_after_a_record(tmp_path: Path) -> None:
+    assert lines_after(10, 20, (12, 13, 14)) == 7 and lines_after(10, 20, (3, 4)) == 10
+    # A one-message paste wrapped over three lines is still a fragment of one line.
+    log = tmp_path / "wrapped.log"
+    log.write_text("\n".join(_cut(OOM, 100)) + "\n")
+    d = diagnose([str(log)])
+    assert d.evidence.status == "fragment" and "of 1 line(s)" in d.evidence.reason
