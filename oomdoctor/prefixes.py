@@ -28,6 +28,10 @@ class Stripped:
     node: str | None = None
     node_source: str | None = None
     container: str | None = None  # kubectl --prefix's container name (sglang-leader, sglang-worker)
+    # A prefix the program's own logger wrote (its timestamp, rank or process tag). Collectors (kubectl,
+    # srun -l, docker compose, Buildkite or kubectl --timestamps, a markdown quote) stamp every physical
+    # line, a traceback's included, so their prefixes alone never mark the start of a new log record.
+    program: bool = False
 
 
 def _sglang_rank(tags: str) -> str | None:
@@ -111,6 +115,10 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+# The prefixes a program's logger writes (see Stripped.program); the others are collectors'.
+_PROGRAM_PREFIXES = frozenset({"ray", "torch_rank", "sglang", "sglang_gpu", "vllm_proc", "vllm_level", "pylogging"})
+
+
 def strip_ansi(text: str) -> str:
     """Remove colour codes, whether real escape bytes or pasted caret text."""
     if "\x1b" not in text and "^[" not in text:
@@ -133,6 +141,7 @@ def split_prefix(raw: str) -> Stripped:
     node: str | None = None
     node_source: str | None = None
     container: str | None = None
+    program = False
     for _ in range(8):
         for name, pattern in _PREFIXES:
             m = pattern.match(text)
@@ -141,6 +150,8 @@ def split_prefix(raw: str) -> Stripped:
             groups = m.groupdict()
             if name == "ray" and (not (groups.get("pid") or groups.get("ip")) or (groups.get("rname") and not groups.get("ip"))):
                 continue  # "(Process) " is no Ray prefix; a named process without ip= is vLLM's own tag (below)
+            if name in _PROGRAM_PREFIXES:
+                program = True
             if name == "kubectl":
                 node, node_source = node or groups["pod"], node_source or "kubectl --prefix"
                 container = container or groups["container"]
@@ -189,4 +200,4 @@ def split_prefix(raw: str) -> Stripped:
         # the line above it, as an unprefixed continuation line does. Ray's worker tags keep their pid
         # rank (pids already differ), as before node identity existed.
         rank = f"{node}/{rank}"
-    return Stripped(msg=text, rank=rank, ts=ts, system=system, node=node, node_source=node_source, container=container)
+    return Stripped(msg=text, rank=rank, ts=ts, system=system, node=node, node_source=node_source, container=container, program=program)

@@ -253,11 +253,12 @@ def scan_lines(
                 raw = segment.decode("utf-8", "replace")
                 stripped = split_prefix(raw)
                 rank = stripped.rank
-                if rank is None and stripped.ts is None:
-                    # Traceback and message continuation lines carry no prefix of their own; they belong
-                    # to the record (and rank) of the last prefixed line.
+                if rank is None and not stripped.program:
+                    # Traceback and message continuation lines carry no prefix of their own (a collector's
+                    # timestamp or pod stamps every line); they belong to the record (and rank) of the
+                    # last line the program prefixed.
                     rank = last_rank
-                elif stripped.ts is not None or rank is not None:
+                elif stripped.program or rank is not None:
                     last_rank = rank
                 text = strip_ansi(raw).rstrip()
                 if len(text) > MAX_TEXT_CHARS:

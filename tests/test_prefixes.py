@@ -47,3 +47,26 @@ def test_table_row_is_not_a_docker_prefix() -> None:
 
 def test_strip_ansi_both_forms() -> None:
     assert strip_ansi("^[[0;31mERR^[[0m \x1b[1mB\x1b[0m") == "ERR B"
+
+
+def test_collector_prefixes_are_not_the_programs() -> None:
+    from oomdoctor.prefixes import split_prefix as split
+
+    assert split("[2026-01-28T23:59:42Z] [2026-01-28 23:59:42 TP0] Scheduler hit an exception:").program
+    assert split("INFO 08-19 07:51:03 [core.py:396] x").program and split("[rank1]: x").program
+    for collector in ("[2026-01-28T23:59:42Z]   File \"/x.py\", line 1, in f", "[pod/p-0/sglang] x", "sglang-1  | x", "> x"):
+        assert not split(collector).program, collector
+
+
+def test_a_traceback_stamped_by_a_collector_stays_with_its_rank(tmp_path) -> None:
+    """Buildkite / kubectl --timestamps stamp every physical line: the traceback under an SGLang
+    "TP0 ... hit an exception:" line is still TP0's, so the record is whole (it was read as cut)."""
+    from oomdoctor.api import diagnose
+
+    from conftest import FIXTURES
+
+    d = diagnose([str(FIXTURES / "allocator-fragmentation/pos_fragmented_decode.log")])
+    assert d.evidence.status == "complete" and d.verdict_class == "fragmentation"
+    plain = tmp_path / "plain.log"
+    plain.write_text("".join(line.split("] ", 1)[1] + "\n" for line in (FIXTURES / "allocator-fragmentation/pos_fragmented_decode.log").read_text().splitlines()))
+    assert diagnose([str(plain)]).evidence.status == "complete"

@@ -27,6 +27,8 @@ def allocator_facts(f: Facts, refs: tuple[LineRef, ...]) -> None:
         material = budget.fragmentation_material_bytes(capacity)
         plausible = unalloc >= requested and unalloc >= material
         f.set("fragmentation_material_bytes", material)
+        if requested > 0:
+            f.set("fragmentation_coverage", round(unalloc / requested, 2), *refs)
     f.set("fragmentation_plausible", plausible, *refs)
     if requested is not None and capacity:
         f.set("request_exceeds_card", requested > capacity, *refs)
