@@ -72,6 +72,9 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("markdown", re.compile(r"^ {0,3}>+ ?")),
     # docker compose: service name padded to the widest name, then "| ".
     ("docker", re.compile(r"^(?P<svc>[A-Za-z0-9][\w.]*[-_][\w.-]*)\s+\| ?")),
+    # DJL Serving (AWS large model inference containers) relays the engine's output per stream:
+    # "WARN  PyProcess W-252-model-stderr: ", "INFO  PyProcess W-252-model-stdout: ".
+    ("djl", re.compile(r"^(?:INFO|WARN|ERROR|DEBUG)\s+PyProcess W-\d+-[\w.-]+-std(?:out|err): ?")),
     # Buildkite / cloud logging / kubectl --timestamps.
     (
         "iso_ts",
@@ -129,6 +132,9 @@ def strip_ansi(text: str) -> str:
 def split_prefix(raw: str) -> Stripped:
     """Strip every known prefix from one raw line; return the message with its rank and time."""
     text = strip_ansi(raw)
+    if text.endswith("^M"):
+        # A carriage return shown as caret text (cat -v, an editor) and pasted as such.
+        text = text[:-2]
     if "\r" in text:
         # tqdm redraws with CR; what a terminal shows is the last non-empty segment.
         segments = [s for s in text.split("\r") if s.strip()]

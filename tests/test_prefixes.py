@@ -70,3 +70,13 @@ def test_a_traceback_stamped_by_a_collector_stays_with_its_rank(tmp_path) -> Non
     plain = tmp_path / "plain.log"
     plain.write_text("".join(line.split("] ", 1)[1] + "\n" for line in (FIXTURES / "allocator-fragmentation/pos_fragmented_decode.log").read_text().splitlines()))
     assert diagnose([str(plain)]).evidence.status == "complete"
+
+
+def test_djl_serving_relay_and_a_pasted_caret_m() -> None:
+    """DJL Serving (AWS LMI containers) relays each engine line with its own prefix (vllm#2856)."""
+    from oomdoctor.prefixes import split_prefix as split
+
+    frame = split('WARN  PyProcess W-252-model-stderr:   File "/usr/local/lib/python3.10/dist-packages/vllm/worker/worker.py", line 125, in warm_up_model')
+    assert frame.msg.startswith('  File "/usr/local') and not frame.program
+    assert split("INFO  PyProcess W-1-llama-stdout: INFO 02-13 20:43:43 llm_engine.py:316] # GPU blocks: 0").msg.startswith("# GPU blocks")
+    assert split("2025-06-18 13:43:34 ERROR x^M").msg == "x"

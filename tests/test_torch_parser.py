@@ -261,6 +261,9 @@ def test_other_runtimes_gpu_oom_signatures(tmp_path) -> None:
         "RuntimeError: CUDA error: cudaErrorMemoryAllocation": "cuda_runtime_enum",
         "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2147483648 bytes.": "xla_resource_exhausted",
         "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. Used 17.50G of 15.48G hbm.": "xla_resource_exhausted",
+        # TurboMind (lmdeploy#2442) and a TensorRT-LLM check whose call a paste cut off (TensorRT-LLM#260)
+        "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/memory_utils.cu:32": "cuda_runtime_error",
+        "ream->get()): out of memory (/app/tensorrt_llm/cpp/tensorrt_llm/runtime/tllmBuffers.h:112)": "cuda_check",
     }
     for line, source in cases.items():
         assert [(e.kind, e.get("source")) for e in feed([line])] == [(KIND_DRIVER_OOM, source)], line
@@ -271,6 +274,7 @@ def test_other_runtimes_gpu_oom_signatures(tmp_path) -> None:
         "INFO 08-19 07:51:12 model_runner.py:1028] CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization` or enforcing eager mode.",
         "grpc._channel._InactiveRpcError: status = StatusCode.RESOURCE_EXHAUSTED details = \"Received message larger than max (8388608 vs. 4194304)\"",
         "ggml_cuda_init: found 1 CUDA devices: Device 0: NVIDIA GeForce RTX 4090, compute capability 8.9",
+        "WARNING: if you run out of memory (OOM), lower max_batch_size (see docs/perf.md)",
     ]
     for line in near_misses:
         assert feed([line]) == [], line

@@ -96,6 +96,8 @@ _WRAPPERS: tuple[tuple[str, LazyRegex], ...] = (
 # --- other OOM signatures ---------------------------------------------------------------------
 _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     ("cuda_runtime", lazy("CUDA error", r"CUDA error: out of memory")),
+    # TurboMind (lmdeploy): "[TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/memory_utils.cu:32".
+    ("cuda_runtime_error", lazy("CUDA runtime error", r"CUDA runtime error:? out of memory")),
     ("cublas", lazy("CUBLAS_STATUS", r"CUBLAS_STATUS_ALLOC_FAILED|CUBLAS_STATUS_NOT_INITIALIZED")),
     ("nccl", lazy(("Cuda failure", "Failed to CUDA calloc"), r"Cuda failure '?out of memory'?|Failed to CUDA calloc")),
     ("cumem_allocator", lazy("CUDA Error", r"CUDA Error: out of memory at")),
@@ -104,6 +106,8 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     ("nvrm", lazy("NV_ERR_NO_MEMORY", r"NVRM.*NV_ERR_NO_MEMORY|Out of memory \[NV_ERR_NO_MEMORY\]")),
     # TensorRT-LLM's buffers: "CUDA runtime error in ::cudaMallocAsync(...): out of memory".
     ("cuda_malloc", lazy("cudaMalloc", r"cudaMalloc\w*\(.*\):\s*out of memory")),
+    # The same check's tail when a paste cut the call off: "...->get()): out of memory (/app/.../tllmBuffers.h:112)".
+    ("cuda_check", lazy("out of memory (", r"\):\s*out of memory \(\S+\.(?:h|hpp|cu|cuh|cpp|cc):\d+\)")),
     # Candle/TGI's Rust allocator, and TGI/LoRAX warmup verdicts (the prefill did not fit).
     ("device_limit", lazy("would exceed allowed memory", r"would exceed allowed memory")),
     ("warmup_prefill", lazy("Not enough memory to handle", r"Not enough memory to handle \d+ prefill tokens")),
