@@ -44,11 +44,20 @@ ANCHORS: tuple[bytes, ...] = (
     b"Error executing method",
     b"stage process",
     b"Stage ",
+    b"CUDA error",
 )
 
 # Failure lines whose preceding lines are read as context too (the scanner reads BEFORE_LINES of them):
 # the serving traffic or loader progress printed just before a failure says which phase it hit.
-BEFORE_ANCHORS: tuple[bytes, ...] = (b"Traceback", b"hit an exception", b"out of memory", b"Out of memory", b"OutOfMemory", b"while processing method", b"Error executing method")
+BEFORE_ANCHORS: tuple[bytes, ...] = (
+    b"Traceback",
+    b"hit an exception",
+    b"out of memory",
+    b"Out of memory",
+    b"OutOfMemory",
+    b"while processing method",
+    b"Error executing method",
+)
 
 _TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
 # The statement under a frame names the call in progress; when a paste is cut after it, that callee
@@ -70,6 +79,11 @@ _CUT_RE = lazy(
 _OOM_TEXT_RE = lazy(None, r"out\s*of\s*memory|OutOfMemory|ALLOC_FAILED|NO_MEMORY", re.I)
 # vLLM's worker wrappers name the method that failed before (or instead of) the traceback.
 _WORKER_METHOD_RE = lazy(None, r"Exception in worker \S+ while processing method (?P<method>\w+)|Error executing method '(?P<method2>\w+)'")
+# A CUDA error printed by C++ code, with no Python traceback of its own (FlashMLA/FlashInfer kernels,
+# NCCL, custom ops): "CUDA error (csrc/x.cu:93): no kernel image is available for execution on the
+# device", "CUDA error: an illegal memory access was encountered". An out-of-memory one is the torch
+# parser's driver OOM; any other is a named terminal error, not an OOM.
+_CUDA_ERROR_RE = lazy("CUDA error", r"^(?:\w+Error:\s*)?CUDA error(?:\s*\([^)]*\))?:\s*(?P<msg>(?!out of memory).+)$", re.I)
 _CLEAN_END_RE = lazy(("shutdown complete", "Shutting down", "Exiting"), r"Application shutdown complete|Shutting down gracefully|Exiting normally")
 
 
@@ -186,6 +200,24 @@ class RecordParser:
             if em:
                 rec["ended"] = (em.group("name"), em.group("msg") or "", line.ref)
                 rec["refs"][1:] = [line.ref]
+                return out
+        if rec is None and "CUDA error" in msg and not _OOM_TEXT_RE.search(msg):
+            ce = _CUDA_ERROR_RE.match(stripped)
+            if ce:
+                values = {
+                    "frames": (),
+                    "all_frames": 0,
+                    "complete": True,
+                    "opened_by": "cuda_error",
+                    "first_line": line.ref.line,
+                    "last_line": line.ref.line,
+                    "chain": (("CUDA error", ce.group("msg")),),
+                    "exception": "CUDA error",
+                    "exception_message": ce.group("msg")[:500],
+                    "is_oom": False,
+                    "chain_has_oom": False,
+                }
+                out.append(Event(KIND_RECORD, (line.ref,), values))
                 return out
         if stripped and _CUT_RE.match(stripped):
             out.append(Event(KIND_CUT, (line.ref,), {"text": stripped[:80]}))
