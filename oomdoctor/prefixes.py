@@ -75,6 +75,8 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # DJL Serving (AWS large model inference containers) relays the engine's output per stream:
     # "WARN  PyProcess W-252-model-stderr: ", "INFO  PyProcess W-252-model-stdout: ".
     ("djl", re.compile(r"^(?:INFO|WARN|ERROR|DEBUG)\s+PyProcess W-\d+-[\w.-]+-std(?:out|err): ?")),
+    # Buildkite's web log copied from the browser: a "  | " gutter before its timestamp.
+    ("buildkite_gutter", re.compile(r"^\s{0,4}\| (?=\[?\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})")),
     # Buildkite / cloud logging / kubectl --timestamps.
     (
         "iso_ts",

@@ -80,3 +80,12 @@ def test_djl_serving_relay_and_a_pasted_caret_m() -> None:
     assert frame.msg.startswith('  File "/usr/local') and not frame.program
     assert split("INFO  PyProcess W-1-llama-stdout: INFO 02-13 20:43:43 llm_engine.py:316] # GPU blocks: 0").msg.startswith("# GPU blocks")
     assert split("2025-06-18 13:43:34 ERROR x^M").msg == "x"
+
+
+def test_buildkite_web_copy_gutter() -> None:
+    from oomdoctor.prefixes import split_prefix as split
+
+    got = split("  | [2025-03-10T15:07:20Z] ERROR 03-10 08:07:20 [core.py:302]   File \"/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py\", line 294, in run_engine_core")
+    assert got.msg.startswith('  File "/usr/local') and got.ts is not None
+    # A table row is not a gutter.
+    assert split("| 0  NVIDIA H100 80GB HBM3 On |").msg.startswith("| 0")
