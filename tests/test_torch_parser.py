@@ -290,3 +290,20 @@ def test_ray_memory_monitor_report_without_its_first_sentence() -> None:
     ])
     assert [(e.kind, e.get("source"), e.get("strength")) for e in events] == [(KIND_HOST_OOM, "ray_memory_monitor", "strong")] * 2
     assert feed(["Memory on the node is fine: 3.2GB / 64GB"]) == []
+
+
+def test_the_exception_line_alone_is_an_oom_with_its_message_missing() -> None:
+    """vllm#10085: the paste stops inside "torch.OutOfMemoryError: Error in model executi"."""
+    events = feed([
+        '  File "/vllm-workspace/vllm/model_executor/models/ultravox.py", line 420, in _process_audio_input',
+        "    audio_features = self.audio_tower(audio_input)",
+        "torch.OutOfMemoryError: Error in model executi",
+    ])
+    (oom,) = [e for e in events if e.kind == KIND_OOM]
+    assert oom.get("exception") == "torch.OutOfMemoryError" and oom.get("requested_bytes") is None
+    assert oom.get("stage") == "encoder"
+    # A source line that handles the class is not one, nor is a log line that names it mid-sentence.
+    assert [e for e in feed(["    except torch.cuda.OutOfMemoryError:"]) if e.kind == KIND_OOM] == []
+    assert [e for e in feed(["INFO retrying after a torch.OutOfMemoryError: batch halved"]) if e.kind == KIND_OOM] == []
+    # The class name quoted bare (inline code in a bug report's prose) is a statement, not the exception line.
+    assert [e for e in feed(["torch.OutOfMemoryError"]) if e.kind == KIND_OOM] == []

@@ -147,6 +147,9 @@ _DRIVER_DISPATCH: Dispatch[str] = Dispatch(tuple((pattern, source) for source, p
 _HOST_DISPATCH: Dispatch[tuple[str, str]] = Dispatch(tuple((pattern, (source, strength)) for source, strength, pattern in _HOST_PATTERNS))
 
 _TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
+# A traceback's exception line naming PyTorch's OOM class, with its colon (not a source line: those are
+# indented; not the bare class name a bug report quotes in prose).
+_OOM_EXCEPTION_LINE_RE = lazy("OutOfMemoryError", r"(?P<exc>torch\.(?:cuda\.)?OutOfMemoryError):")
 _METHOD_RE = lazy("processing method", r"while processing method (\w+)")
 
 def _wrapper_of(text: str) -> str | None:
@@ -314,6 +317,13 @@ class TorchParser:
             self._pending = (pending_refs, text, line.ref.rank, exc_m.group(1) if exc_m else None, _wrapper_of(head))
             if _OOM_COMPLETE_RE.search(text):
                 out.extend(self._emit_pending())
+            return out
+
+        bare = _OOM_EXCEPTION_LINE_RE.match(msg.strip())
+        if bare:
+            # The exception line itself, its allocator message cut off or not yet printed: an OOM whose
+            # numbers are missing (the message is incomplete), read with the frames above it.
+            self._pending = ([line.ref], msg.strip()[bare.end() :].strip(), line.ref.rank, bare.group("exc"), None)
             return out
 
         for pattern, source in _DRIVER_DISPATCH.candidates(msg):
