@@ -29,6 +29,9 @@ NCCL_BYTES = 512 * MIB
 # card: at least 2% of its capacity, or 2 GiB, whichever is smaller (1 GiB when the capacity is
 # unknown). Below that, expandable segments give back less than one step of a typical batch or
 # chunk setting, so the fix that matters is the activation budget, not the allocator.
+# No CUDA/ROCm/NPU device an inference server runs on has less memory than this (the smallest laptop
+# and edge GPUs have 2-4 GiB): a request below it cannot be larger than the card, whatever the card.
+SMALLEST_SERVING_GPU_BYTES = 2 * GIB
 FRAGMENTATION_MATERIAL_SHARE = 0.02
 FRAGMENTATION_MATERIAL_CAP_BYTES = 2 * GIB
 FRAGMENTATION_MATERIAL_UNKNOWN_CARD_BYTES = 1 * GIB

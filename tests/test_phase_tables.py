@@ -54,3 +54,30 @@ def test_a_steps_input_preparation_is_a_serving_frame() -> None:
     assert phase.classify_frames((("/home/me/train.py", "_prepare_inputs"),)) is None
     # Profiling still wins over a step's preparation when both are on the stack (table order).
     assert phase.classify_frames(((runner, "profile_run"), (runner, "_process_reqs"))) == "profiling"
+
+
+def test_a_quantized_layers_apply_and_a_500_after_the_failure_say_serving() -> None:
+    """vllm#6689: an AWQ dequantize OOM whose message a reporter cut after 'GPU', then the 500 it caused."""
+    from oomdoctor.api import diagnose
+
+    from conftest import FIXTURES
+
+    d = diagnose([str(FIXTURES / "field/vllm-vllm-project-vllm-6689.log")])
+    assert (d.phase.name, d.phase.source, d.verdict_class) == ("serving", "frames", "runtime_activation")
+    # The request cannot have been larger than any card (416 MiB), though the message lost the card's size.
+    assert d.facts.get("request_exceeds_card") is False and d.facts.get("capacity_bytes") is None
+    assert "n/a" not in d.summary
+    assert phase.classify_frames((("/x/vllm/model_executor/layers/quantization/awq.py", "apply"),)) == "serving"
+    assert phase.classify_frames((("/x/my_project/plugins.py", "apply"),)) is None
+    rule = phase.classify_context('INFO:     10.96.202.56:41576 - "POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error')
+    assert rule is not None and rule.after_failure and rule.phase == "serving"
+
+
+def test_a_request_bigger_than_the_smallest_gpu_is_not_assumed_to_fit(tmp_path) -> None:
+    from oomdoctor.api import diagnose
+
+    log = tmp_path / "cut.log"
+    log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU \n")
+    assert "request_exceeds_card" not in diagnose([str(log)]).facts.values
+    log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 416.00 MiB. GPU \n")
+    assert diagnose([str(log)]).facts.get("request_exceeds_card") is False

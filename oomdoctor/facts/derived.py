@@ -32,6 +32,9 @@ def allocator_facts(f: Facts, refs: tuple[LineRef, ...]) -> None:
     f.set("fragmentation_plausible", plausible, *refs)
     if requested is not None and capacity:
         f.set("request_exceeds_card", requested > capacity, *refs)
+    elif requested is not None and requested < budget.SMALLEST_SERVING_GPU_BYTES:
+        # The message was cut before the card's size, but no GPU a server runs on is this small.
+        f.set("request_exceeds_card", False, *refs)
     allocated = f.get("allocated_bytes")
     if capacity and free is not None and (allocated is not None or f.get("this_process_bytes")):
         unaccounted, others, threshold = budget.unaccounted_derivation(capacity, free, allocated, unalloc, f.get("this_process_bytes"))
