@@ -9,6 +9,7 @@ spaces, source lines at four) is already as the interpreter printed it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 _BLANK = b" \t\r"
@@ -16,23 +17,9 @@ _BLANK = b" \t\r"
 
 def common_indent(lines: list[bytes]) -> bytes:
     """The whitespace every non-blank line starts with (b"" when none, or when there are no lines)."""
-    prefix: bytes | None = None
-    for line in lines:
-        if not line.strip(_BLANK):
-            continue
-        own = line[: len(line) - len(line.lstrip(b" \t"))]
-        if prefix is None:
-            prefix = own
-        else:
-            n = 0
-            for a, b in zip(prefix, own, strict=False):  # the shorter decides
-                if a != b:
-                    break
-                n += 1
-            prefix = prefix[:n]
-        if not prefix:
-            return b""
-    return prefix or b""
+    indents = [line[: len(line) - len(line.lstrip(b" \t"))] for line in lines if line.strip(_BLANK)]
+    prefix = os.path.commonprefix(indents)  # noqa: RUF071 - character by character is the point
+    return prefix if isinstance(prefix, bytes) else b""  # "" for an empty list
 
 
 def _worth_removing(lines: list[bytes], indent: bytes) -> bool:

@@ -16,6 +16,7 @@ Only small inputs (pastes) are read this way (oomdoctor/paste.py); large logs st
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -81,23 +82,10 @@ def unwrap_lines(lines: list[str], width: int) -> list[str]:
 def quote_marker(lines: list[str]) -> str:
     """The markdown quote ("> ", "> > ") every line with content starts with: added after the wrap, so
     each cut piece carries it too. "" when there is none."""
-    marker: str | None = None
-    for line in lines:
-        if line.strip() in ("", ">"):
-            continue
-        own = line[: len(line) - len(line.lstrip("> "))]
-        if not own.startswith(">"):
-            return ""
-        if marker is None:
-            marker = own
-        else:
-            n = 0
-            for a, b in zip(marker, own, strict=False):  # the shorter decides
-                if a != b:
-                    break
-                n += 1
-            marker = marker[:n]
-    return marker or ""
+    marks = [line[: len(line) - len(line.lstrip("> "))] for line in lines if line.strip() not in ("", ">")]
+    if not marks or not all(m.startswith(">") for m in marks):
+        return ""
+    return os.path.commonprefix(marks)  # noqa: RUF071 - character by character is the point
 
 
 def unwrap(data: bytes, on_unwrap: Callable[[int, tuple[int, ...]], None]) -> bytes:
