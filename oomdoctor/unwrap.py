@@ -88,12 +88,24 @@ def quote_marker(lines: list[str]) -> str:
     return os.path.commonprefix(marks)  # noqa: RUF071 - character by character is the point
 
 
+def _may_be_wrapped(data: bytes) -> bool:
+    """Quick test on ASCII bytes (a byte is a column): do several lines share the longest length?
+
+    A quote marker or a CR adds the same to every line, so it cannot hide a wrap from this test.
+    """
+    lengths = [len(line) for line in data.split(b"\n")]
+    width = max(lengths, default=0)
+    return width >= MIN_WIDTH and lengths.count(width) >= MIN_PIECES
+
+
 def unwrap(data: bytes, on_unwrap: Callable[[int, tuple[int, ...]], None]) -> bytes:
     """``data`` as it is, or with its hard-wrapped lines joined (as many lines as before).
 
     ``on_unwrap(width, pieces)``: the wrap column and the (1-based) numbers of the lines that were
     pieces and are now blank.
     """
+    if data.isascii() and not _may_be_wrapped(data):
+        return data
     text = data.decode("utf-8", "surrogateescape")
     ends_cr = "\r\n" in text
     lines = text.replace("\r\n", "\n").split("\n")
