@@ -183,7 +183,7 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
         ]
     at_choice = budget.sglang_kv_derivation(pre, post, choice)
     steps.extend(at_choice.steps)
-    steps.append(Step("recommended y", "largest multiple of 0.05 (else 0.01) inside the window", choice, "fraction"))
+    steps.append(Step("recommended y", "largest multiple of 0.05 (else 0.01, else 0.001) inside the window", choice, "fraction"))
     why = (
         f"At y={mfs:g} the static share y*pre is smaller than the weights, so the KV budget is "
         f"{_g(f.get('kv_budget_bytes'))}; raising y (not lowering it) grows the KV pool: at y={choice:g} it is "
@@ -428,7 +428,7 @@ def _sglang_undecided_mfs(f: Facts, mfs: float, pre: int, post: int, choice: flo
     per-token KV size as what decides whether one request fits in it.
     """
     at_choice = budget.sglang_kv_derivation(pre, post, choice)
-    steps = [*steps, *at_choice.steps, Step("recommended y", "largest multiple of 0.05 (else 0.01) inside the window", choice, "fraction")]
+    steps = [*steps, *at_choice.steps, Step("recommended y", "largest multiple of 0.05 (else 0.01, else 0.001) inside the window", choice, "fraction")]
     why = (
         f"At y={mfs:g} the KV budget is {_g(f.get('kv_budget_bytes'))}; raising y (not lowering it) grows the KV pool: at y={choice:g}, "
         f"near the most this GPU allows while keeping SGLang's {_g(f.get('activation_reserve_bytes'))} activation reserve, it is "

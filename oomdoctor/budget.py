@@ -312,12 +312,13 @@ def sglang_feasible_window(pre_bytes: int, weights_bytes: int, kv_floor_bytes: i
 
 
 def choose_in_window(window: Window) -> float | None:
-    """The value to recommend: the largest multiple of 0.05 in the window, else of 0.01, else None.
+    """The value to recommend: the largest multiple of 0.05 in the window, else of 0.01, else of
+    0.001 (a window narrower than 0.01 is still a window), else None.
 
     Round steps are what people type, and stopping at the step below the top leaves part of the
     window as margin for measurement noise between runs.
     """
-    for step in (0.05, 0.01):
+    for step in (0.05, 0.01, 0.001):
         candidate = floor_to(window.high, step)
         if candidate >= window.low - 1e-9 and 0.0 < candidate < 1.0:
             return candidate

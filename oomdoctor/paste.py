@@ -1,9 +1,11 @@
 """The repairs a pasted excerpt gets before it is scanned, in one buffer.
 
 A paste is small; a server's own log file is not. An input up to PASTE_MAX_BYTES is held whole and
-put back the way the program printed it: a newest-first console export read oldest first
-(ordering.py), an indent over the whole paste removed (indentation.py), a terminal's hard wrap
-joined (unwrap.py), in that order (the wrap happened first, so it is undone last). A larger input
+put back the way the program printed it, undoing the damage in the reverse of the order it was done:
+the indent over the whole paste, added when it was posted, is removed first (indentation.py); then
+the terminal's hard wrap, made as the lines were shown, is joined (unwrap.py); then a newest-first
+console export is read oldest first (ordering.py: the console showed the lines newest first, and
+each line's pieces in reading order). A larger input
 streams on untouched, with at most PASTE_MAX_BYTES held while that is decided. Each repair that
 applies calls its note, so the input says what was done to it.
 """
@@ -31,4 +33,17 @@ def repaired(
     if data is None:
         yield from rest
         return
-    yield unwrap(dedent(oldest_first(data, on_reversed), on_dedent), on_unwrap)
+    wraps: list[tuple[int, tuple[int, ...]]] = []
+    data = unwrap(dedent(data, on_dedent), lambda width, pieces: wraps.append((width, pieces)))
+    turned: list[bool] = []
+    data = oldest_first(data, lambda: turned.append(True))
+    if turned:
+        on_reversed()
+    if wraps:
+        width, pieces = wraps[0]
+        if turned:
+            # The pieces' numbers as the scan will count them: line k of n is line n - k + 1 now.
+            n = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+            pieces = tuple(sorted(n - k + 1 for k in pieces))
+        on_unwrap(width, pieces)
+    yield data

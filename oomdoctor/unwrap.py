@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from oomdoctor.prefixes import split_prefix, strip_ansi
 
@@ -48,15 +48,50 @@ def _starts_a_line(text: str) -> bool:
     return split_prefix(text).msg.strip() != strip_ansi(text).strip()
 
 
+def padded(lines: list[str]) -> bool:
+    """Whether most lines end in a run of blanks: a console that pads every line to its width (tmux,
+    Windows terminals). Then a line's length is its text without them, or every line would look cut.
+    In any other paste a trailing blank is text: a cut that falls just after a space leaves one."""
+    filled = [line for line in lines if line.strip()]
+    return bool(filled) and sum(1 for line in filled if line.endswith(("  ", "\t"))) * 2 > len(filled)
+
+
+def _length(line: str, pad: bool) -> int:
+    return len(line.rstrip(" \t")) if pad else len(line)
+
+
+def _cut_at(line: str, width: int, pad: bool) -> bool:
+    return _length(line, pad) == width and not line.endswith("|")  # a table row ends in its border
+
+
+def _chains(lines: list[str], width: int, pad: bool) -> Iterator[tuple[int, int]]:
+    """(first line, pieces) of each cut line: full-width pieces, then a shorter last piece.
+
+    A run of full-width lines that ends at a line of its own, or at the end, is not taken for one:
+    equal-length complete lines (an assertion repeated by every CUDA thread) look the same, while a
+    cut line ends in what is left of it (a line exactly a multiple of the width stays cut: rare).
+    """
+    i = 0
+    while i < len(lines):
+        n = 1
+        while _cut_at(lines[i + n - 1], width, pad) and i + n < len(lines) and not _starts_a_line(lines[i + n]):
+            n += 1
+        if n > 1 and 0 < _length(lines[i + n - 1], pad) < width:
+            yield i, n
+        # A run not taken is skipped whole: a chain from inside it ends where it ends (linear time).
+        i += n
+
+
 def wrap_width(lines: list[str]) -> int | None:
     """The column a terminal cut these lines at, or None when they do not look cut."""
-    lengths = Counter(len(line) for line in lines)
+    pad = padded(lines)
+    lengths = Counter(_length(line, pad) for line in lines)
     if not lengths:
         return None
     width = max(lengths)
     if width < MIN_WIDTH or lengths[width] < MIN_PIECES:
         return None
-    joinable = sum(1 for i, line in enumerate(lines[:-1]) if len(line) == width and not line.endswith("|") and not _starts_a_line(lines[i + 1]))
+    joinable = sum(n - 1 for _, n in _chains(lines, width, pad))
     return width if joinable >= MIN_PIECES else None
 
 
@@ -66,23 +101,19 @@ def unwrap_lines(lines: list[str], width: int) -> list[str]:
     A joined line keeps the number of its first piece and blank lines take the others' (the
     completeness step is told which lines they are, so they do not count as log after a record).
     """
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        joined, pieces = lines[i], 1
-        while len(lines[i + pieces - 1]) == width and not lines[i + pieces - 1].endswith("|") and i + pieces < len(lines) and not _starts_a_line(lines[i + pieces]):
-            joined += lines[i + pieces]
-            pieces += 1
-        out.append(joined)
-        out.extend([""] * (pieces - 1))
-        i += pieces
+    out = list(lines)
+    pad = padded(lines)
+    for start, n in _chains(lines, width, pad):
+        # A padded console's blanks after each piece are not the line's text.
+        out[start] = "".join(piece.rstrip(" \t") if pad else piece for piece in lines[start : start + n])
+        out[start + 1 : start + n] = [""] * (n - 1)
     return out
 
 
 def quote_marker(lines: list[str]) -> str:
     """The markdown quote ("> ", "> > ") every line with content starts with: added after the wrap, so
-    each cut piece carries it too. "" when there is none."""
-    marks = [line[: len(line) - len(line.lstrip("> "))] for line in lines if line.strip() not in ("", ">")]
+    each cut piece carries it too. "" when there is none. A quoted blank line ("> >") has no content."""
+    marks = [line[: len(line) - len(line.lstrip("> "))] for line in lines if line.strip(" >")]
     if not marks or not all(m.startswith(">") for m in marks):
         return ""
     return os.path.commonprefix(marks)  # noqa: RUF071 - character by character is the point
@@ -91,11 +122,15 @@ def quote_marker(lines: list[str]) -> str:
 def _may_be_wrapped(data: bytes) -> bool:
     """Quick test on ASCII bytes (a byte is a column): do several lines share the longest length?
 
-    A quote marker or a CR adds the same to every line, so it cannot hide a wrap from this test.
+    A quote marker adds the same to every line, so it cannot hide a wrap from this test. Lengths are
+    taken with and without trailing blanks, as the full test may take either (``padded``).
     """
-    lengths = [len(line) for line in data.split(b"\n")]
-    width = max(lengths, default=0)
-    return width >= MIN_WIDTH and lengths.count(width) >= MIN_PIECES
+    lines = data.split(b"\n")
+    for lengths in ([len(line.rstrip(b"\r")) for line in lines], [len(line.rstrip(b" \t\r")) for line in lines]):
+        width = max(lengths, default=0)
+        if width >= MIN_WIDTH and lengths.count(width) >= MIN_PIECES:
+            return True
+    return False
 
 
 def unwrap(data: bytes, on_unwrap: Callable[[int, tuple[int, ...]], None]) -> bytes:
@@ -110,7 +145,7 @@ def unwrap(data: bytes, on_unwrap: Callable[[int, tuple[int, ...]], None]) -> by
     ends_cr = "\r\n" in text
     lines = text.replace("\r\n", "\n").split("\n")
     marker = quote_marker(lines)
-    bodies = [line[len(marker) :] if line.startswith(marker) else "" if line.strip() in ("", ">") else line for line in lines] if marker else lines
+    bodies = [line[len(marker) :] if line.startswith(marker) else "" if not line.strip(" >") else line for line in lines] if marker else lines
     width = wrap_width(bodies)
     if width is None:
         return data

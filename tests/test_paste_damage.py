@@ -25,6 +25,9 @@ DAMAGE: dict[str, Callable[[str], str]] = {
     "docker_compose": lambda line: "sglang-1  | " + line,
     "indented_4": lambda line: "    " + line,
     "indented_tab": lambda line: "\t" + line,
+    # tmux and Windows consoles pad every copied line with blanks to the window's width.
+    "console_padding": lambda line: line.ljust(240),
+    "nested_quote": lambda line: "> > " + line,
 }
 
 

@@ -74,3 +74,50 @@ def test_pieces_do_not_count_as_log_after_a_record(tmp_path: Path) -> None:
     log.write_text("\n".join(_cut(OOM, 100)) + "\n")
     d = diagnose([str(log)])
     assert d.evidence.status == "fragment" and "of 1 line(s)" in d.evidence.reason
+
+
+def test_a_quoted_blank_line_does_not_shorten_the_quote_marker() -> None:
+    lines = ["> > " + piece for piece in _cut(OOM, 80)] + ["> >", "> > [2026-03-02 10:00:42] Exiting."]
+    assert quote_marker(lines) == "> > "
+    out = unwrap(("\n".join(lines) + "\n").encode(), lambda w, p: None).decode().split("\n")
+    assert out[0] == "> > " + OOM and out[-3] == "> >"
+
+
+def test_equal_length_complete_lines_are_not_a_wrap() -> None:
+    """Every CUDA thread prints the same assertion: a run of full-width lines with no shorter tail."""
+    flood = [f"../aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [{i % 10},0,0], thread: [{i % 10},0,0] Assertion failed." for i in range(2000)]
+    assert len({len(line) for line in flood}) == 1
+    assert wrap_width(flood) is None
+    assert wrap_width([*flood, "RuntimeError: CUDA error: device-side assert triggered"]) is None
+
+
+def test_console_padding_is_not_a_wrap_but_a_padded_wrap_is() -> None:
+    padded = [line.ljust(240) for line in ["[2026-03-02 10:00:41 TP0] Decode batch. #running-req: 12", "short line", "another short line"]]
+    assert wrap_width(padded) is None
+    before = [f"[2026-03-02 10:00:4{k} TP0] Decode batch. #running-req: 12" for k in range(4)]
+    console = [line.ljust(100) for line in [*before, *_cut(OOM, 100), "[2026-03-02 10:00:42] Exiting."]]
+    assert wrap_width(console) == 100 and unwrap_lines(console, 100)[len(before)] == OOM
+
+
+def test_a_newest_first_wrapped_paste_joins_its_pieces_in_reading_order() -> None:
+    from oomdoctor.paste import repaired
+
+    older = "2025-03-02T10:00:05Z INFO server ready on port 8000"
+    pieces = _cut("2025-03-02T10:00:06Z ERROR " + OOM, 100)
+    stamps = [f"2025-03-02T10:00:0{k}Z INFO step {k} done" for k in (4, 3, 2, 1, 0)]
+    newest_first = [*pieces, older, *stamps]  # the console shows the newest line first, each line's pieces in order
+    notes: dict[str, object] = {}
+    data = b"".join(repaired([("\n".join(newest_first) + "\n").encode()], lambda: notes.setdefault("reversed", True), notes.setdefault, lambda w, p: notes.update(width=w, pieces=p)))
+    lines = data.decode().split("\n")
+    assert notes.get("reversed") and notes["width"] == 100
+    joined = [line for line in lines if "OutOfMemoryError" in line]
+    assert joined == ["2025-03-02T10:00:06Z ERROR " + OOM]
+    # The pieces' numbers are the blank lines as the scan counts them (after the reversal).
+    assert all(lines[n - 1] == "" for n in notes["pieces"]) and len(notes["pieces"]) == len(pieces) - 1
+
+
+def test_a_window_narrower_than_one_hundredth_still_gets_a_value() -> None:
+    from oomdoctor.budget import Window, choose_in_window
+
+    assert choose_in_window(Window(0.8705, 0.8718, ())) == 0.871
+    assert choose_in_window(Window(0.87, 0.92, ())) == 0.9 and choose_in_window(Window(0.8712, 0.8711, ())) is None

@@ -291,7 +291,8 @@ class TorchParser:
         if self._pending is not None:
             refs, text, rank, exc, wrapper = self._pending
             if self._continues(line, rank) and len(refs) < 6:
-                text += msg.strip()
+                # Blanks at the end of a piece are a console's padding, not the message's.
+                text = text.rstrip() + msg.strip()
                 refs.append(line.ref)
                 self._pending = (refs, text, rank, exc, wrapper)
                 if _OOM_START_RE.search(text) and _OOM_COMPLETE_RE.search(text):
