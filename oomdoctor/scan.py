@@ -211,7 +211,7 @@ def scan_lines(
     before_ids = frozenset(i for i, a in enumerate(anchors) if a in before_anchors)
     base = 0  # lines before this chunk
     pending_context = 0
-    last_rank: str | None = None
+    last_rank: dict[str | None, str | None] = {}  # per node (kubectl --prefix, srun -l, Ray ip=)
     for chunk in chunks:
         found = choose(anchors, len(chunk)).anchored_lines(chunk)
         hits = [start for start, _ in found]
@@ -256,10 +256,10 @@ def scan_lines(
                 if rank is None and not stripped.program:
                     # Traceback and message continuation lines carry no prefix of their own (a collector's
                     # timestamp or pod stamps every line); they belong to the record (and rank) of the
-                    # last line the program prefixed.
-                    rank = last_rank
+                    # last line the program prefixed on the same node (pods interleave in one stream).
+                    rank = last_rank.get(stripped.node)
                 elif stripped.program or rank is not None:
-                    last_rank = rank
+                    last_rank[stripped.node] = rank
                 text = strip_ansi(raw).rstrip()
                 if len(text) > MAX_TEXT_CHARS:
                     text = text[:MAX_TEXT_CHARS] + "…"

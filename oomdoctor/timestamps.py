@@ -68,7 +68,10 @@ def at_precision(key: tuple[int, float], precision: int) -> float:
     if level == precision:
         return seconds
     if level == FULL_DATE:
-        dt = _EPOCH + timedelta(seconds=seconds)
+        try:
+            dt = _EPOCH + timedelta(seconds=seconds)
+        except OverflowError:  # a stamp at the edge of year 1 or 9999 moved out of range by its zone
+            return seconds % 86400.0
         if precision == MONTH_DAY:
             return (dt.replace(year=_LEAP_YEAR) - datetime(_LEAP_YEAR, 1, 1)).total_seconds()
         return dt.hour * 3600 + dt.minute * 60 + dt.second + dt.microsecond / 1e6

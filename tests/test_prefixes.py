@@ -89,3 +89,27 @@ def test_buildkite_web_copy_gutter() -> None:
     assert got.msg.startswith('  File "/usr/local') and got.ts is not None
     # A table row is not a gutter.
     assert split("| 0  NVIDIA H100 80GB HBM3 On |").msg.startswith("| 0")
+
+
+def test_interleaved_pods_keep_their_own_ranks_on_traceback_lines() -> None:
+    """kubectl logs --prefix --timestamps over two pods: a traceback line stamped only by the collector
+    belongs to the last program line of its own pod, not to the other pod's line printed in between."""
+    from oomdoctor.diagnosis import ANCHORS
+    from oomdoctor.parsers import records as rc
+    from oomdoctor.scan import scan_lines
+
+    text = (
+        "[pod/sglang-0/sglang] 2026-03-02T10:00:41Z [2026-03-02 10:00:41 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        "[pod/sglang-1/sglang] 2026-03-02T10:00:41Z [2026-03-02 10:00:41 TP0] Decode batch. #running-req: 3\n"
+        '[pod/sglang-0/sglang] 2026-03-02T10:00:41Z   File "/sgl/python/sglang/srt/managers/scheduler.py", line 10, in event_loop\n'
+    )
+    lines = list(scan_lines([text.encode()], "x.log", ANCHORS, [0], rc.BEFORE_ANCHORS))
+    ranks = {line.ref.line: line.ref.rank for line in lines}
+    assert ranks[1] == "sglang-0/TP0" and ranks[2] == "sglang-1/TP0" and ranks[3] == "sglang-0/TP0"
+
+
+def test_timestamps_at_the_edge_of_the_calendar_do_not_raise() -> None:
+    from oomdoctor import timestamps
+
+    key = timestamps.parse("9999-12-31 23:59:59-1400")
+    assert key is not None and timestamps.at_precision(key, timestamps.TIME_OF_DAY) >= 0
