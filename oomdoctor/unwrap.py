@@ -57,6 +57,8 @@ def padded(lines: list[str]) -> bool:
 
 
 def _length(line: str, pad: bool) -> int:
+    # Columns: colour codes a terminal copy kept take none.
+    line = strip_ansi(line)
     return len(line.rstrip(" \t")) if pad else len(line)
 
 
@@ -139,7 +141,7 @@ def unwrap(data: bytes, on_unwrap: Callable[[int, tuple[int, ...]], None]) -> by
     ``on_unwrap(width, pieces)``: the wrap column and the (1-based) numbers of the lines that were
     pieces and are now blank.
     """
-    if data.isascii() and not _may_be_wrapped(data):
+    if data.isascii() and b"\x1b" not in data and b"^[" not in data and not _may_be_wrapped(data):
         return data
     text = data.decode("utf-8", "surrogateescape")
     ends_cr = "\r\n" in text

@@ -121,3 +121,11 @@ def test_a_window_narrower_than_one_hundredth_still_gets_a_value() -> None:
 
     assert choose_in_window(Window(0.8705, 0.8718, ())) == 0.871
     assert choose_in_window(Window(0.87, 0.92, ())) == 0.9 and choose_in_window(Window(0.8712, 0.8711, ())) is None
+
+
+def test_colour_codes_take_no_columns() -> None:
+    green, reset = "\x1b[32m", "\x1b[0m"
+    pieces = _cut(OOM, 90)
+    coloured = [green + pieces[0], *pieces[1:-1], pieces[-1] + reset, "[2026-03-02 10:00:42] Exiting."]
+    assert wrap_width(coloured) == 90
+    assert unwrap_lines(coloured, 90)[0] == green + OOM + reset
