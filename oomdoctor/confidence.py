@@ -61,7 +61,6 @@ class Evidence:
     system_fallback: bool
     status: str  # complete | incomplete | fragment
     observer_only: bool = False  # the OOM is known only from the capture hook's observer record
-    weights_fit_undecided: bool = False  # weights + one request's KV fit or not only by the assumed KV size
 
 
 def adjust(base: float, used: set[str], ev: Evidence) -> tuple[float, list[Factor]]:
@@ -85,16 +84,12 @@ def adjust(base: float, used: set[str], ev: Evidence) -> tuple[float, list[Facto
     value = base + sum(f.delta for f in factors)
     if engine and base >= ENGINE_FLOOR and ev.status != "incomplete":
         value = max(value, ENGINE_FLOOR)
-    if "weights_fit" in used and ev.weights_fit_undecided and value > TIE_CAP:
-        # The engine says the KV did not fit; which fix (raise the fraction, or shard the model) is
-        # ours to compute, and here it hangs on a per-token KV size the log does not give.
-        what = "whether the weights leave room for one request's KV rests on an assumed 1 GiB (the log gives no per-token KV size): weights_dont_fit holds as well"
-        factors.append(Factor(what, round(TIE_CAP - value, 2)))
-        value = TIE_CAP
     return round(max(0.05, min(value, 0.99)), 2), factors
 
 
-def tie_cap(value: float, factors: list[Factor], rival_class: str) -> tuple[float, list[Factor]]:
+def tie_cap(value: float, factors: list[Factor], rival_class: str, why: str = "") -> tuple[float, list[Factor]]:
+    """Cap a finding that a rival class holds as well as; ``why`` says what keeps the rival standing."""
     if value <= TIE_CAP:
         return value, factors
-    return TIE_CAP, [*factors, Factor(f"{rival_class} holds as strongly", round(TIE_CAP - value, 2))]
+    what = f"{why}: {rival_class} holds as well" if why else f"{rival_class} holds as strongly"
+    return TIE_CAP, [*factors, Factor(what, round(TIE_CAP - value, 2))]

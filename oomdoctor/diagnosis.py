@@ -349,7 +349,12 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping
             continue
         if not ev.result:
             continue
-        value, factors = confidence.adjust(rule.confidence, ev.used | rule.facts_used(), _evidence_of(facts))
+        used = ev.used | rule.facts_used()
+        value, factors = confidence.adjust(rule.confidence, used, _evidence_of(facts))
+        if "weights_fit" in used and facts.get("weights_fit_undecided"):
+            # The engine says the KV did not fit; which fix (raise the fraction, or shard) is ours to
+            # compute, and here it hangs on a per-token KV size the log does not give.
+            value, factors = confidence.tie_cap(value, factors, "weights_dont_fit", _UNDECIDED_WHY)
         finding = Finding(
             rule=rule,
             klass=rule.klass,
@@ -414,6 +419,9 @@ _COMPANIONS: dict[str, tuple[str, ...]] = {
 }
 
 
+_UNDECIDED_WHY = "whether the weights leave room for one request's KV rests on an assumed 1 GiB (the log gives no per-token KV size)"
+
+
 def _evidence_of(facts: Facts) -> confidence.Evidence:
     return confidence.Evidence(
         phase_source=facts.get("phase_source", "none"),
@@ -421,7 +429,6 @@ def _evidence_of(facts: Facts) -> confidence.Evidence:
         system_fallback=facts.get("system_source") in ("prefix", "frames", "fallback"),
         status=facts.get("evidence_status", "complete"),
         observer_only=any(e.get("source") == "capture_observer" for e in facts.events) and facts.get("oom_count") == 1,
-        weights_fit_undecided=bool(facts.get("weights_fit_undecided")),
     )
 
 
@@ -1005,35 +1012,13 @@ def _no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[Input
         if likely:
             # A cut record in a memory-heavy phase: that phase's usual class, as a hypothesis only.
             value = confidence.HYPOTHESIS_CAP if found.source in ("frames", "engine") else confidence.HYPOTHESIS_CAP - 0.10
-            factors = [
-                confidence.Factor(f"the evidence is incomplete: {evidence.reason}", round(value - 1.0, 2)),
-                confidence.Factor(f"class inferred from the phase ({found.name}, from {found.source}) only", 0.0),
-            ]
             message = (
                 f"Crash during {found.name.replace('_', ' ')} ({_phase_words(found)}); the exception line is missing: {evidence.reason}. "
                 f"If it was an out-of-memory error, then it is most likely {likely} — {_HYPOTHESIS_FIX.get(likely, 'see the class documentation')}. "
                 f"To decide it, fetch {FETCH_REST}."
             )
-            hypothesis = Finding(
-                rule=None,
-                klass=likely,
-                confidence=value,
-                message=message,
-                evidence=tuple(dict.fromkeys(r for r in (found.ref, evidence.ref) if r is not None)),
-                recommendations=[],
-                extra={"hypothesis": True, "would_decide": [f"the end of the failure record: {FETCH_REST}"]},
-                factors=factors,
-            )
-            return Diagnosis(
-                verdict_class=likely,
-                verdict_confidence=value,
-                verdict_rule=None,
-                summary=message,
-                findings=[hypothesis],
-                confidence_factors=factors,
-                inconclusive=True,
-                **base,
-            )
+            refs = tuple(dict.fromkeys(r for r in (found.ref, evidence.ref) if r is not None))
+            return _phase_hypothesis(found, likely, value, evidence.reason, message, refs, f"the end of the failure record: {FETCH_REST}", base)
         summary = f"Inconclusive: the evidence is incomplete ({evidence.reason}); no failure is evident in what was read. To decide it, fetch {FETCH_REST}."
         return Diagnosis(
             verdict_class="none",
@@ -1061,9 +1046,17 @@ def _no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[Input
         base["evidence"] = Completeness("incomplete", "another rank did not finish loading and its log is not in the input", ref)
         return Diagnosis(verdict_class="none", verdict_confidence=0.3, verdict_rule=None, summary=summary, findings=[], confidence_factors=factors, inconclusive=True, **base)
     terminal = facts.get("terminal_exception") if facts is not None and other is None else None
-    stopped = _stopped_during_startup(facts, found) if other is None and not terminal else None
-    if stopped is not None:
-        return stopped(base)
+    if other is None and not terminal and found.ref is not None and _stopped_during_startup(facts, found):
+        likely, where = found.likely_class, f"{found.ref.path}:{found.ref.line}"
+        value = round(confidence.HYPOTHESIS_CAP + _STOPPED_HYPOTHESIS_DELTA, 2)
+        reason = f"the input stops during {found.name.replace('_', ' ')} (from {where}), before the server was ready, and shows no error"
+        message = (
+            f"The log stops during {found.name.replace('_', ' ')} ({_phase_words(found)}), before the server was ready, and shows no error. "
+            f"If the server died there, then it is most likely {likely} — {_HYPOTHESIS_FIX.get(likely, 'see the class documentation')}. "
+            f"If it is still starting, there is nothing to diagnose yet. To decide it, fetch {FETCH_REST}."
+        )
+        base["evidence"] = Completeness("incomplete", reason, found.ref)
+        return _phase_hypothesis(found, likely, value, reason, message, (found.ref,), f"the lines after {where}: {FETCH_REST}", base)
     if terminal:
         value, factors = 0.9, []
         message = (facts.get("terminal_exception_message") or "")[:160] if facts is not None else ""
@@ -1113,50 +1106,38 @@ _STARTUP_PHASES = ("graph_capture",)
 _STOPPED_HYPOTHESIS_DELTA = -0.15
 
 
-def _stopped_during_startup(facts: Facts | None, found: phase_step.Phase) -> Any:
-    """A log that stops inside a startup phase, never ready, with no error, no clean end: a hypothesis.
+def _stopped_during_startup(facts: Facts | None, found: phase_step.Phase) -> bool:
+    """Whether a log stops inside a startup phase, never ready, with no error and no clean end.
 
     "Nothing is wrong" is not what such a log shows: the server had not finished starting when the
-    input ends, so whatever ended it (or the rest of the paste) is missing. Returns a function that
-    builds the verdict from the shared fields, or None when the log does not stop that way.
+    input ends, so whatever ended it (or the rest of the paste) is missing.
     """
-    if facts is None or found.name not in _STARTUP_PHASES or found.ref is None:
-        return None
-    if facts.get("server_ready") or facts.get("clean_end") or facts.get("retraction_events") or facts.get("preemptions"):
-        return None
-    likely = found.likely_class
-    if not likely:
-        return None
-    value = round(confidence.HYPOTHESIS_CAP + _STOPPED_HYPOTHESIS_DELTA, 2)
-    where = f"{found.ref.path}:{found.ref.line}"
-    reason = f"the input stops during {found.name.replace('_', ' ')} (from {where}), before the server was ready, and shows no error"
+    if facts is None or found.name not in _STARTUP_PHASES or not found.likely_class:
+        return False
+    return not (facts.get("server_ready") or facts.get("clean_end") or facts.get("retraction_events") or facts.get("preemptions"))
+
+
+def _phase_hypothesis(
+    found: phase_step.Phase, likely: str, value: float, reason: str, message: str, refs: tuple[LineRef, ...], would_decide: str, base: dict[str, Any]
+) -> Diagnosis:
+    """The phase's likely class as a hypothesis only: inconclusive, no advice, what would decide it named."""
     factors = [
         confidence.Factor(f"the evidence is incomplete: {reason}", round(value - 1.0, 2)),
         confidence.Factor(f"class inferred from the phase ({found.name}, from {found.source}) only", 0.0),
     ]
-    message = (
-        f"The log stops during {found.name.replace('_', ' ')} ({_phase_words(found)}), before the server was ready, and shows no error. "
-        f"If the server died there, then it is most likely {likely} — {_HYPOTHESIS_FIX.get(likely, 'see the class documentation')}. "
-        f"If it is still starting, there is nothing to diagnose yet. To decide it, fetch {FETCH_REST}."
-    )
     hypothesis = Finding(
         rule=None,
         klass=likely,
         confidence=value,
         message=message,
-        evidence=(found.ref,),
+        evidence=refs,
         recommendations=[],
-        extra={"hypothesis": True, "would_decide": [f"the lines after {where}: {FETCH_REST}"]},
+        extra={"hypothesis": True, "would_decide": [would_decide]},
         factors=factors,
     )
-
-    def build(base: dict[str, Any]) -> Diagnosis:
-        fields = {**base, "evidence": Completeness("incomplete", reason, found.ref)}
-        return Diagnosis(
-            verdict_class=likely, verdict_confidence=value, verdict_rule=None, summary=message, findings=[hypothesis], confidence_factors=factors, inconclusive=True, **fields
-        )
-
-    return build
+    return Diagnosis(
+        verdict_class=likely, verdict_confidence=value, verdict_rule=None, summary=message, findings=[hypothesis], confidence_factors=factors, inconclusive=True, **base
+    )
 
 
 _HYPOTHESIS_FIX = {
