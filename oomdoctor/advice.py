@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from oomdoctor import budget
 from oomdoctor.budget import Step
 from oomdoctor.facts import Facts
+from oomdoctor.records import field, record, replace
 from oomdoctor.units import GIB, ceil_to, floor_to, format_bytes
 
 # A recommendation's role among its finding's: the one set to paste, an alternative to it, or a change
@@ -23,7 +23,7 @@ from oomdoctor.units import GIB, ceil_to, floor_to, format_bytes
 PRIMARY, ALTERNATIVE, NOT_WORKABLE, COMPANION = "primary", "alternative", "not_workable", "companion"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Recommendation:
     """Change ``flag`` in ``direction`` to ``value``; ``why`` says why, ``derivation`` shows how.
 

@@ -7,9 +7,9 @@ so that reports can print the working next to every recommended number.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
 from typing import Any
 
+from oomdoctor.records import field, record, replace
 from oomdoctor.units import GIB, MIB, ceil_to, floor_to, format_bytes, gib_text
 
 # SGLang never leaves less than this for activations on a card over 60 GiB (the "big-GPU floor" of
@@ -59,7 +59,7 @@ def unaccounted_bytes(capacity: int, free: int, pytorch_reserved: int, this_proc
     return capacity - free - pytorch_reserved, NON_PYTORCH_OVERHEAD_MAX_BYTES + int(capacity * UNACCOUNTED_MARGIN_SHARE)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Step:
     """One line of working: what was computed, the formula with numbers, and the result."""
 
@@ -74,7 +74,7 @@ class Step:
         return {"step": self.step, "formula": self.formula, "value": self.value, "unit": self.unit}
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Derived:
     """A computed number and how it was computed."""
 
@@ -287,7 +287,7 @@ def sglang_min_activation_reserve_bytes(capacity_hint_bytes: int, tp: int = 1, p
 # --- SGLang: choosing y -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Window:
     """The feasible y: enough static room for weights + one request, enough dynamic room for the reserve."""
 
@@ -546,7 +546,7 @@ CONTEXT_FLAGS = ("--context-length", "--max-model-len")
 WINDOW_EPSILON = 1e-9
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class FractionBudget:
     """The quantities a fraction window is computed from, per rank.
 
@@ -577,7 +577,7 @@ class FractionBudget:
         return FRACTION_FLAGS[self.system]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class SetCheck:
     """A set of changes re-evaluated: the fraction it leaves, the window it leaves, and whether one is in the other."""
 

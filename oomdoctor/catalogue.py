@@ -8,16 +8,16 @@ the command that would provide it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cache
 
 from oomdoctor import _toml
 from oomdoctor._toml import data_text
+from oomdoctor.records import record
 
 TYPES = ("bool", "bytes", "fraction", "count", "tokens", "int", "number", "str", "list", "object")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class FactSpec:
     name: str
     type: str
@@ -32,7 +32,7 @@ class FactSpec:
         return self.name.startswith("_")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Catalogue:
     facts: dict[str, FactSpec]
     sources: dict[str, str]

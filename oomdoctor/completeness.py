@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from oomdoctor.evidence import Event, LineRef
+from oomdoctor.records import record
 
 # Lines a record may end before the end of the input and still be "where the input stops": the
 # source line under the last frame, a caret line, a blank line or a closing code fence.
@@ -22,7 +22,7 @@ _FAILURE_HEADERS = frozenset({"vllm_engine_failed", "scheduler_exception"})
 _FRAGMENT_MAX_LINES = 12
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Completeness:
     status: str  # complete | incomplete | fragment
     reason: str = ""

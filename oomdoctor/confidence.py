@@ -18,7 +18,7 @@ argued from what the missing evidence could change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from oomdoctor.records import record
 
 # Facts whose truth comes from an engine-authored verdict line.
 ENGINE_FACTS = frozenset(
@@ -43,7 +43,7 @@ HYPOTHESIS_CAP = 0.45
 INCOMPLETE_NONE_CAP = 0.35
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Factor:
     factor: str
     delta: float
@@ -52,7 +52,7 @@ class Factor:
         return {"factor": self.factor, "delta": round(self.delta, 2)}
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Evidence:
     """What the confidence model needs to know about one incident's evidence."""
 

@@ -10,7 +10,6 @@ import os
 import re
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from oomdoctor import __version__, advice, budget, collected, confidence
@@ -41,6 +40,7 @@ from oomdoctor.paste import repaired
 from oomdoctor.prefixes import split_prefix
 from oomdoctor.readings import Readings
 from oomdoctor.readings import read as read_readings
+from oomdoctor.records import field, record, replace
 from oomdoctor.rule_engine import Rule, evaluate
 from oomdoctor.runs import COLLAPSED_RUNS, RUN_MARKER_KINDS, RunSegmenter, is_oom_event, split_runs
 from oomdoctor.scan import scan_lines
@@ -53,7 +53,7 @@ SYSTEMS = ("sglang", "vllm", "torch")
 _FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finding:
     rule: Rule | None
     klass: str
@@ -69,7 +69,7 @@ class Finding:
         return self.rule.id if self.rule else None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Incident:
     run: int
     facts: Facts
@@ -81,7 +81,7 @@ class Incident:
         return self.findings[0]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Diagnosis:
     """Everything a renderer shows: verdict, findings, budget, incidents, inputs."""
 
@@ -674,7 +674,7 @@ def _is_monitoring_text(path: str) -> bool:
     return monitoring.looks_like_dcgm(head)
 
 
-@dataclass
+@record
 class _Across:
     """The inputs seen as nodes: the timeline, and the event streams grouped by server."""
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+from oomdoctor.records import field, record
 
 # The event that stands for occurrences of a repeating kind left out to bound memory; its values are
 # {"kind": the kind, "dropped": how many were left out, "total": how many were read}.
 KIND_REPEATS = "repeats"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class LineRef:
     """Where a piece of evidence was read: input path, 1-based line number, rank tag, text."""
 
@@ -24,7 +25,7 @@ class LineRef:
         return {"path": self.path, "line": self.line, "rank": self.rank, "text": self.text}
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Line:
     """One log line after prefix stripping: the message, its rank and timestamp, and its origin."""
 
@@ -36,7 +37,7 @@ class Line:
     node: str | None = None  # the node a multiplexing prefix names (kubectl --prefix, srun -l, Ray ip=)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Event:
     """One recognised log event.
 
@@ -61,7 +62,7 @@ class Event:
         return self.values.get(key, default)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ProcessUsage:
     """A "Process N has X memory in use" entry of a PyTorch OOM message."""
 
@@ -70,7 +71,7 @@ class ProcessUsage:
     is_self: bool
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Unavailable:
     """Evidence that could not be had, with the reason; never NaN, never an exception."""
 

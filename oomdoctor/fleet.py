@@ -13,14 +13,15 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
+
+from oomdoctor.records import record
 
 SUMMARY_KIND = "oomdoctor-summary"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Options:
     """What every worker needs, picklable: the serving system override, extra rule directories, redaction."""
 

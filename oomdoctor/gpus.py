@@ -3,24 +3,24 @@ diagnosis names from the total capacity a log reports."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from oomdoctor import _toml
 from oomdoctor._toml import data_text
 from oomdoctor.errors import GpuNotFound
+from oomdoctor.records import record
 from oomdoctor.units import GIB, MIB
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Gpu:
     name: str
     capacity_bytes: int
     aliases: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CardClass:
     label: str
     low_gib: float

@@ -14,10 +14,10 @@ import stat
 import sys
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol
 
 from oomdoctor.errors import InputError
+from oomdoctor.records import field, record
 
 CHUNK_BYTES = 1 << 20
 MAX_LINE_BYTES = 1 << 20
@@ -56,7 +56,7 @@ UNREADABLE = "unreadable"
 SKIPPED = "skipped"
 
 
-@dataclass
+@record
 class InputStats:
     """What reading one input found: size, line count and damage, reported in the JSON."""
 

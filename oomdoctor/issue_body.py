@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from typing import Any
+
+from oomdoctor.records import field, record
 
 # --- recognising a body --------------------------------------------------------------------------
 _FENCE_RE = re.compile(r"^\s{0,3}(```+|~~~+)")
@@ -168,7 +169,7 @@ def _inline_log(line: str) -> str:
 
 
 # --- what the reporter states ----------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Reported:
     """A fact the reporter stated in prose or in a command they typed, with the body line it is on."""
 
@@ -178,7 +179,7 @@ class Reported:
     text: str
 
 
-@dataclass
+@record
 class IssueEvidence:
     log: list[str]
     reported: list[Reported] = field(default_factory=list)

@@ -20,13 +20,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from oomdoctor import timestamps
 from oomdoctor.evidence import Line, LineRef
 from oomdoctor.inputs import InputStats, iter_line_chunks
 from oomdoctor.prefixes import split_prefix
+from oomdoctor.records import field, record
 from oomdoctor.scan import scan_lines
 
 # Two failures on different hosts closer than this are simultaneous: host clocks drift apart
@@ -122,7 +122,7 @@ _ROLE_WORDS = ("prefill", "decode", "router", "leader", "worker", "driver", "ray
 _ROLE_RE = re.compile(r"(?<![a-z])(" + "|".join(_ROLE_WORDS) + r")(?![a-z])", re.I)
 
 
-@dataclass
+@record
 class Observation:
     """One failure seen on a node: an OOM (primary) or a consequence, with its time and line."""
 
@@ -138,7 +138,7 @@ class Observation:
         return self.kind == "oom"
 
 
-@dataclass
+@record
 class NodeInfo:
     node: str
     source: str
@@ -152,7 +152,7 @@ class NodeInfo:
     identity: str | None = None  # the server's arguments minus what differs between its nodes
 
 
-@dataclass
+@record
 class Timeline:
     """The nodes of the inputs, their failures in time order, the cause and its consequences."""
 
@@ -202,7 +202,7 @@ def ts_key(ts: str | None) -> tuple[int, float] | None:
     return timestamps.parse(ts)
 
 
-@dataclass
+@record
 class _Scan:
     """What the node scan of one input found: per prefix node, its identity and its consequences."""
 
@@ -281,7 +281,7 @@ def _int(value: Any) -> int | None:
         return None
 
 
-@dataclass
+@record
 class StreamKey:
     """One stream of lines: an input, or the part of a multiplexed input under one prefix node."""
 

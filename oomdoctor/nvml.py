@@ -8,23 +8,23 @@ memory. Tests pass a recorded fake module with the same function names.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from oomdoctor.evidence import Unavailable
+from oomdoctor.records import field, record
 
 # NVML's usedGpuMemory for a process it cannot account (MIG, some vGPU setups): NVML_VALUE_NOT_AVAILABLE.
 _NOT_AVAILABLE = (1 << 64) - 1
 
 
-@dataclass
+@record
 class GpuProcess:
     pid: int
     used_bytes: int | None  # None: NVML reports N/A (MIG, WDDM, some containers)
     kind: str = "compute"
 
 
-@dataclass
+@record
 class Gpu:
     index: int
     uuid: str | None

@@ -8,7 +8,6 @@ milestones, loader or capture progress, serving traffic), nothing. The tables ar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -16,13 +15,14 @@ from oomdoctor import _toml
 from oomdoctor._toml import data_text
 from oomdoctor.evidence import Event, LineRef
 from oomdoctor.patterns import LazyRegex
+from oomdoctor.records import record
 
 SOURCES = ("engine", "frames", "context", "none")
 # How much each source is worth when the confidence model weighs a class that depends on the phase.
 STRENGTH = {"engine": 1.0, "frames": 0.9, "context": 0.6, "none": 0.0}
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class PhaseSpec:
     name: str
     stage: str
@@ -30,7 +30,7 @@ class PhaseSpec:
     doc: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class FrameRule:
     phase: str
     func: LazyRegex | None
@@ -39,7 +39,7 @@ class FrameRule:
     within: LazyRegex | None = None  # with func: the frame's path must match this too
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ContextRule:
     phase: str
     pattern: LazyRegex
@@ -48,7 +48,7 @@ class ContextRule:
     after_failure: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Tables:
     phases: dict[str, PhaseSpec]
     frames: tuple[FrameRule, ...]
@@ -56,7 +56,7 @@ class Tables:
     milestones: dict[str, str]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Phase:
     """A phase with where it came from; ``ref`` is the line that decided it (if any)."""
 

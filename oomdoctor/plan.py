@@ -8,7 +8,6 @@ the config; KV bytes per token from the attention layout (MHA/GQA or MLA); then 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from oomdoctor import budget
 from oomdoctor.budget import Derived, Step
 from oomdoctor.errors import InputError
 from oomdoctor.gpus import gpu_table
+from oomdoctor.records import field, record
 from oomdoctor.render.text import step_value as format_step_value
 from oomdoctor.units import GIB, gib_text
 
@@ -32,7 +32,7 @@ VLLM_ACTIVATION_BYTES = 2 * GIB
 _DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1, "int4": 0.5, "auto": None}
 
 
-@dataclass
+@record
 class Model:
     name: str
     layers: int

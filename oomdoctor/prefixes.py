@@ -8,14 +8,15 @@ or a timestamp; the message that is left is what parsers read.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from oomdoctor.records import record
 
 # Real ESC sequences, and the same codes pasted as caret text ("^[[0;36m") by people copying
 # from a terminal or a web console.
 _ANSI_RE = re.compile(r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")  # used on every line
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Stripped:
     """A message with its prefixes removed, and the identity those prefixes carried."""
 

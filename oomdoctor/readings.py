@@ -7,12 +7,11 @@ parsers that reads raw events for them, so the view reads typed readings, never 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from oomdoctor.evidence import Event
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
+from oomdoctor.records import field, record
 
 # Per-rank quantities of SGLang's startup lines: (event kind, value key) -> reading name.
 _PER_RANK = {
@@ -37,14 +36,14 @@ _TIMELINE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TimelinePoint:
     label: str
     free_bytes: int
     line: int
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Readings:
     """Per-rank values ({reading: {rank: bytes}}), the free-memory timeline per rank, the summary's token count."""
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from oomdoctor import _toml, catalogue
 from oomdoctor.errors import RuleError
 from oomdoctor.limits import nesting_depth
+from oomdoctor.records import field, record
 
 CLASSES = (
     "startup_kv",
@@ -37,7 +37,7 @@ _REQUIRED = ("id", "title", "class", "systems", "severity", "confidence", "prior
 _DOC_KEYS = ("what", "why", "example", "fix")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Rule:
     """One validated rule file."""
 
@@ -62,7 +62,7 @@ class Rule:
         return used
 
 
-@dataclass
+@record
 class Evaluation:
     """The outcome of one rule on one set of facts."""
 

@@ -7,12 +7,11 @@ the same OOM reported two or three times (re-raised, re-logged by each wrapper) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from oomdoctor.evidence import Event
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
+from oomdoctor.records import field, record
 
 # The line a server prints once per start: its arguments.
 RUN_START_KINDS = frozenset({sg.KIND_SERVER_ARGS, vl.KIND_ARGS})
@@ -75,7 +74,7 @@ _OOM_KINDS = {
 }
 
 
-@dataclass
+@record
 class Run:
     """One server run: its events in log order (across all inputs with the same run number)."""
 

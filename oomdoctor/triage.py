@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
+
+from oomdoctor.records import field, record
 
 MARKER = "<!-- oomdoctor-triage -->"
 DEFAULT_THRESHOLD = 0.7
@@ -32,7 +33,7 @@ _ASK_LOG = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Issue:
     """One issue (or pull request) thread as triage reads it."""
 
@@ -43,7 +44,7 @@ class Issue:
     action: str | None = None  # the webhook event's action: opened, edited, created
 
 
-@dataclass
+@record
 class Reply:
     kind: str  # answer | ask | silent
     body: str = ""

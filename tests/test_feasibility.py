@@ -1,11 +1,10 @@
 """Advice it would stand behind: every primary recommendation re-checked by the budget that produced the
 window, alternatives kept apart from the one set to paste, paste-ready flags, actions and plan fixes,
-and the typed model (units on every derivation step, frozen dataclasses)."""
+and the typed model (units on every derivation step, frozen records)."""
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import re
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oomdoctor import advice, budget, plan
+from oomdoctor import advice, budget, plan, records
 from oomdoctor._toml import tomllib
 from oomdoctor.api import diagnose
 from oomdoctor.contract import to_dict
@@ -323,9 +322,9 @@ def test_json_steps_carry_their_unit_and_renderers_format_by_it(run_cli) -> None
 
 def test_the_model_is_frozen() -> None:
     for cls in (Finding, Incident, Diagnosis, advice.Recommendation, budget.Step):
-        assert cls.__dataclass_params__.frozen, cls.__name__  # type: ignore[attr-defined]
+        assert records.is_frozen(cls), cls.__name__
     d = diagnose([str(FIXTURES / "sglang-startup-kv/pos_h100_qwen3_omni_g2.log")])
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(records.FrozenInstanceError):
         d.summary = "x"  # type: ignore[misc]
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(records.FrozenInstanceError):
         d.findings[0].recommendations[0].value = 0.5  # type: ignore[misc]

@@ -13,12 +13,12 @@ prose states) always ranks last.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from oomdoctor import catalogue
 from oomdoctor.budget import Derived
 from oomdoctor.evidence import Event, LineRef
+from oomdoctor.records import field, record
 
 _VLLM_CONFIG = ("vllm_args", "vllm_engine_config")
 
@@ -88,7 +88,7 @@ class UnrankedSource(KeyError):
     """A builder offered a fact from a source PRECEDENCE does not rank for it (a programming error)."""
 
 
-@dataclass
+@record
 class Facts:
     """Facts of one incident: values, the lines each came from, and derivations of computed ones."""
 
