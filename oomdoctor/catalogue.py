@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from functools import cache
 
-from oomdoctor import _toml
+from oomdoctor import _toml, regex_cache
 from oomdoctor._toml import data_text
 from oomdoctor.records import record
 
@@ -93,7 +93,7 @@ def names() -> frozenset[str]:
     return frozenset(m.strip('"') for m in _HEADER_RE.findall(data_text("facts.toml")))
 
 
-_HEADER_RE = re.compile(r'^\[facts\.("?[\w]+"?)\]\s*$', re.M)
+_HEADER_RE = regex_cache.compile(r'^\[facts\.("?[\w]+"?)\]\s*$', re.M)
 
 
 def declared(name: str) -> bool:

@@ -12,7 +12,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from oomdoctor import __version__, advice, budget, collected, confidence
+from oomdoctor import __version__, advice, budget, collected, confidence, regex_cache
 from oomdoctor import phase as phase_step
 from oomdoctor.completeness import Completeness
 from oomdoctor.confidence import Factor
@@ -280,8 +280,8 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
     return store.events()
 
 
-_PLACEHOLDER_RE = re.compile(r"\{(\w+)\}")
-_OPTIONAL_RE = re.compile(r"\[\[([^\[\]]*)\]\]")
+_PLACEHOLDER_RE = regex_cache.compile(r"\{(\w+)\}")
+_OPTIONAL_RE = regex_cache.compile(r"\[\[([^\[\]]*)\]\]")
 
 
 def _render_message(template: str, facts: Facts) -> str:

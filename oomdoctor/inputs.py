@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, Protocol
 
+from oomdoctor import regex_cache
 from oomdoctor.errors import InputError
 from oomdoctor.records import field, record
 
@@ -38,7 +39,7 @@ _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".gz", ".bz2", ".xz", ".stderr"
 MONITORING_SUFFIXES = (".prom", ".metrics")
 # Rotated logs: server.log.1, server.log.2.gz (logrotate's numbers, higher is older) and
 # app.log-20260301[.gz] (dateext, older dates first); the live file comes after its rotations.
-_ROTATED_RE = re.compile(
+_ROTATED_RE = regex_cache.compile(
     r"^(?P<base>.+?\.(?:log|txt|out|err|stderr|stdout))(?:\.(?P<num>\d{1,6})|-(?P<date>\d{8}(?:\d{2,6})?))?(?:\.(?:gz|bz2|xz))?$",
     re.IGNORECASE,
 )

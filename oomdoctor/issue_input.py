@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 
+from oomdoctor import regex_cache
 from oomdoctor.evidence import Event, LineRef
 from oomdoctor.limits import whole_if_small
 
@@ -18,11 +19,11 @@ KIND_REPORTED = "reported_fact"
 ISSUE_MAX_BYTES = 4 << 20
 _ISSUE_SUFFIXES = (".md", ".markdown", ".mdown")
 # A superset of issue_body._DETAILS_OPEN_RE's matches (same flags, no \b).
-_DETAILS_RE = re.compile(r"<details", re.I)
+_DETAILS_RE = regex_cache.compile(r"<details", re.I)
 
 
 _NOT_JSON = object()
-_EXPORT_START = re.compile(r"\s*(?:\{|\[\s*\{)")
+_EXPORT_START = regex_cache.compile(r"\s*(?:\{|\[\s*\{)")
 
 
 def _parsed_json(text: str) -> object:

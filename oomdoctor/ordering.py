@@ -8,14 +8,15 @@ before scanning, and the input says so. Large inputs stream as they are (an expo
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Callable
+
+from oomdoctor import regex_cache
 
 # At least this many timestamped lines, and this share of decreasing steps between them.
 _MIN_STAMPS = 5
 _DECREASING_SHARE = 0.8
 
-_STAMP_RE = re.compile(
+_STAMP_RE = regex_cache.compile(
     rb"(?:^|[\s\[(])(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)"  # ISO-ish date and time
     rb"|(?:^|\s)(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d{2}-\d{2} \d{2}:\d{2}:\d{2})"  # vLLM's MM-DD HH:MM:SS
 )

@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
+from oomdoctor import regex_cache
+
 Needle = str | tuple[str, ...] | None
 T = TypeVar("T")
 
@@ -31,7 +33,7 @@ class LazyRegex:
     @property
     def compiled(self) -> re.Pattern[str]:
         if self._compiled is None:
-            self._compiled = re.compile(self.source, self.flags)
+            self._compiled = regex_cache.compile(self.source, self.flags)
         return self._compiled
 
     def _absent(self, text: str) -> bool:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 
+from oomdoctor import regex_cache
 from oomdoctor.records import record
 
 # Real ESC sequences, and the same codes pasted as caret text ("^[[0;36m") by people copying
 # from a terminal or a web console.
-_ANSI_RE = re.compile(r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")  # used on every line
+_ANSI_RE = regex_cache.compile(r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")  # used on every line
 
 
 @record(frozen=True, slots=True)
@@ -58,52 +59,52 @@ def _vllm_proc_rank(name: str, attrs: str) -> str | None:
 # loop restarts from the top after every strip, so outer wrappers may appear in any order.
 _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # kubectl logs --prefix: "[pod/NAME/CONTAINER] " (also "[NAME/CONTAINER] " from stern-like tools).
-    ("kubectl", re.compile(r"^\[pod/(?P<pod>[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?)/(?P<container>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)\] ")),
+    ("kubectl", regex_cache.compile(r"^\[pod/(?P<pod>[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?)/(?P<container>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)\] ")),
     # srun -l: the Slurm task id, right-aligned to the widest id, then ": ".
-    ("srun", re.compile(r"^ {0,4}(?P<task>\d{1,5}): (?=.)")),
+    ("srun", regex_cache.compile(r"^ {0,4}(?P<task>\d{1,5}): (?=.)")),
     # Ray's worker and raylet output on the driver: "(pid=1234, ip=10.0.0.2) ", "(raylet, ip=10.0.0.2) ",
     # "(MyActor pid=1234, ip=10.0.0.2) " (actor names may hold ':' and '.'). Named vLLM workers are below.
     (
         "ray",
-        re.compile(
+        regex_cache.compile(
             r"^\((?:(?P<rname>[A-Za-z_][\w.:-]*)(?:, | ))?(?:pid=(?P<pid>\d+))?(?:, )?(?:ip=(?P<ip>[0-9a-fA-F.:]+))?\) "
         ),
     ),
     # Markdown quote from a pasted bug report.
-    ("markdown", re.compile(r"^ {0,3}>+ ?")),
+    ("markdown", regex_cache.compile(r"^ {0,3}>+ ?")),
     # docker compose: service name padded to the widest name, then "| ".
-    ("docker", re.compile(r"^(?P<svc>[A-Za-z0-9][\w.]*[-_][\w.-]*)\s+\| ?")),
+    ("docker", regex_cache.compile(r"^(?P<svc>[A-Za-z0-9][\w.]*[-_][\w.-]*)\s+\| ?")),
     # DJL Serving (AWS large model inference containers) relays the engine's output per stream:
     # "WARN  PyProcess W-252-model-stderr: ", "INFO  PyProcess W-252-model-stdout: ".
-    ("djl", re.compile(r"^(?:INFO|WARN|ERROR|DEBUG)\s+PyProcess W-\d+-[\w.-]+-std(?:out|err): ?")),
+    ("djl", regex_cache.compile(r"^(?:INFO|WARN|ERROR|DEBUG)\s+PyProcess W-\d+-[\w.-]+-std(?:out|err): ?")),
     # Buildkite's web log copied from the browser: a "  | " gutter before its timestamp.
-    ("buildkite_gutter", re.compile(r"^\s{0,4}\| (?=\[?\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})")),
+    ("buildkite_gutter", regex_cache.compile(r"^\s{0,4}\| (?=\[?\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})")),
     # Buildkite / cloud logging / kubectl --timestamps.
     (
         "iso_ts",
-        re.compile(
+        regex_cache.compile(
             r"^\[?(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]? ?"
         ),
     ),
     # torch.distributed elastic: "[rank3]: ".
-    ("torch_rank", re.compile(r"^\[(?P<rank>rank\d+)\]: ?")),
+    ("torch_rank", regex_cache.compile(r"^\[(?P<rank>rank\d+)\]: ?")),
     # SGLang: "[2026-03-02 10:00:41 DP0 PP0 TP0 EP0] ", "[10:00:41 TP1] ", "[03-02 10:00:41] ".
     (
         "sglang",
-        re.compile(
+        regex_cache.compile(
             r"^\[(?P<ts>(?:\d{4}-)?(?:\d{2}-\d{2} )?\d{2}:\d{2}:\d{2})"
             r"(?P<tags>(?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP|CP)\d+)*)[^\]]{0,20}\] ?"
             r"(?:(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) [\w./-]+\.py:\d+: )?"
         ),
     ),
     # SGLang 2024: "[gpu=0] Load weight begin. ..."
-    ("sglang_gpu", re.compile(r"^\[gpu=(?P<gpu>\d+)\] ")),
+    ("sglang_gpu", regex_cache.compile(r"^\[gpu=(?P<gpu>\d+)\] ")),
     # vLLM process tag: "(EngineCore_DP0 pid=1531) ", "(RayWorkerWrapper pid=1699, ip=10.0.0.1) ".
-    ("vllm_proc", re.compile(r"^\((?P<name>[A-Za-z][\w]*)(?P<attrs>(?: [\w]+=[^\s,)]+,?)+)\) ")),
+    ("vllm_proc", regex_cache.compile(r"^\((?P<name>[A-Za-z][\w]*)(?P<attrs>(?: [\w]+=[^\s,)]+,?)+)\) ")),
     # vLLM logger: "INFO 08-19 07:51:03 [core.py:396] ", oldest "INFO 08-19 07:51:03 worker.py:10] ".
     (
         "vllm_level",
-        re.compile(
+        regex_cache.compile(
             r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2})"
             r"(?:\.\d+)? \[?[\w./-]+:\d+\] "
         ),
@@ -111,12 +112,12 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # Python logging as SGLang Omni configures it: "2026-03-29 22:51:55,108 [WARNING] ".
     (
         "pylogging",
-        re.compile(r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[,.]\d+)?) (?:\[(?P<level>[A-Za-z]+)\] |(?P<l2>[A-Z]+) )"),
+        regex_cache.compile(r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[,.]\d+)?) (?:\[(?P<level>[A-Za-z]+)\] |(?P<l2>[A-Z]+) )"),
     ),
     # Process-supervisor tags some launchers add before the engine's own prefix: "(Process) ".
     (
         "supervisor",
-        re.compile(r"^\((?:Process|stdout|stderr)\) "),
+        regex_cache.compile(r"^\((?:Process|stdout|stderr)\) "),
     ),
 )
 

@@ -7,14 +7,14 @@ the local processes (or name different ones), which is said, not hidden.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
+from oomdoctor import regex_cache
 from oomdoctor.redact import redact_text
 
-_ENV_ALLOW = re.compile(r"^(?:CUDA_|NVIDIA_|PYTORCH_|NCCL_|SGLANG_|VLLM_|TORCH_|OMP_NUM_THREADS$|HF_HOME$|LOCAL_RANK$|RANK$|WORLD_SIZE$)")
-_CONTAINER_RE = re.compile(r"(?:docker|kubepods|containerd|libpod|crio)[-/:]?([0-9a-f]{12,64})?")
+_ENV_ALLOW = regex_cache.compile(r"^(?:CUDA_|NVIDIA_|PYTORCH_|NCCL_|SGLANG_|VLLM_|TORCH_|OMP_NUM_THREADS$|HF_HOME$|LOCAL_RANK$|RANK$|WORLD_SIZE$)")
+_CONTAINER_RE = regex_cache.compile(r"(?:docker|kubepods|containerd|libpod|crio)[-/:]?([0-9a-f]{12,64})?")
 SERVER_MARKERS = ("sglang", "vllm", "launch_server", "EngineCore", "api_server", "sgl-", "tgi", "text-generation")
 
 

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any, Protocol
 
+from oomdoctor import regex_cache
 from oomdoctor.patterns import LazyRegex, lazy
 from oomdoctor.prefixes import split_prefix
 
@@ -59,10 +60,10 @@ _HEADER_NAME = (
     r"client-secret|secret-key|private-key|password|passwd|set-cookie|cookie)"
     r"|x-(?:[a-z0-9]+-)*(?:key|token|secret|signature|password|credentials?)"
 )
-_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{1,60}-----")
-_PEM_END = re.compile(r"-----END [A-Z0-9 ]{1,60}-----")
+_PEM_BEGIN = regex_cache.compile(r"-----BEGIN [A-Z0-9 ]{1,60}-----")
+_PEM_END = regex_cache.compile(r"-----END [A-Z0-9 ]{1,60}-----")
 # One line of a block: base64 (RFC 7468 bodies, OpenSSH keys), an RFC 1421 header, or blank.
-_PEM_BODY = re.compile(r"[A-Za-z0-9+/=]*|(?:Proc-Type|DEK-Info|Comment|Version)\s*:.*")
+_PEM_BODY = regex_cache.compile(r"[A-Za-z0-9+/=]*|(?:Proc-Type|DEK-Info|Comment|Version)\s*:.*")
 
 _RULES: tuple[tuple[str, LazyRegex, Any], ...] = (
     # A whole block on one line (real or escaped "\n" newlines between BEGIN and END).
@@ -217,7 +218,7 @@ def prefilter(engine: str = "auto") -> _Prefilter:
     """PREFILTER compiled: RE2 (a DFA, Latin-1 so that each byte is one character) or, forced or without RE2, ``re``."""
     global _prefilter
     if engine == "re":
-        return re.compile(PREFILTER)
+        return regex_cache.compile(PREFILTER)
     if _prefilter is None:
         try:
             import re2
@@ -226,7 +227,7 @@ def prefilter(engine: str = "auto") -> _Prefilter:
             options.encoding = re2.Options.Encoding.LATIN1
             _prefilter = re2.compile(PREFILTER, options)
         except ImportError:
-            _prefilter = re.compile(PREFILTER)
+            _prefilter = regex_cache.compile(PREFILTER)
     return _prefilter
 
 
@@ -479,7 +480,7 @@ class Redactor:
             return
         self._hosts.add(name.lower())
         words = "|".join(re.escape(h) for h in sorted(self._hosts, key=len, reverse=True))
-        self._hosts_re = re.compile(r"(?<![\w.-])(?:" + words + r")(?![\w-])", re.I)  # node7.log -> <host-1>.log
+        self._hosts_re = regex_cache.compile(r"(?<![\w.-])(?:" + words + r")(?![\w-])", re.I)  # node7.log -> <host-1>.log
 
     # -- internals --
 

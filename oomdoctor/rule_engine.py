@@ -8,11 +8,10 @@ ever evaluated as code. Evaluation is three-valued: a comparison on a fact that 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from typing import Any
 
-from oomdoctor import _toml, catalogue
+from oomdoctor import _toml, catalogue, regex_cache
 from oomdoctor.errors import RuleError
 from oomdoctor.limits import nesting_depth
 from oomdoctor.records import field, record
@@ -126,7 +125,7 @@ def _check_condition(node: Any, path: str, where: str) -> None:
         raise _fail(path, where, f"'{op}' compares numbers; write a number or {{ fact = \"NAME\" }}")
 
 
-_PLACEHOLDER_RE = re.compile(r"\{(\w+)\}")
+_PLACEHOLDER_RE = regex_cache.compile(r"\{(\w+)\}")
 
 
 def _check_fact_names(names: list[str], path: str, where: str) -> None:

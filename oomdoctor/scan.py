@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import Protocol
 
+from oomdoctor import regex_cache
 from oomdoctor.evidence import Line, LineRef
 from oomdoctor.prefixes import split_prefix, strip_ansi
 
@@ -70,9 +71,8 @@ class _RegexBackend:
 
             self._re = re2.compile(pattern)
         else:
-            import re
 
-            self._re = re.compile(pattern)
+            self._re = regex_cache.compile(pattern)
         self._index = {a: i for i, a in reversed(list(enumerate(anchors)))}
 
     def anchored_lines(self, chunk: bytes) -> list[tuple[int, int]]:

@@ -14,13 +14,14 @@ import subprocess
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from oomdoctor import regex_cache
 from oomdoctor.nvml import Gpu, GpuProcess
 from oomdoctor.units import MIB
 
 GPU_QUERY = "index,uuid,pci.bus_id,name,memory.total,memory.used,memory.free,memory.reserved"
 APPS_QUERY = "gpu_uuid,gpu_bus_id,pid,process_name,used_memory"
 _NA = {"", "[n/a]", "n/a", "not supported", "[not supported]", "[insufficient permissions]", "none"}
-_MIB_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:MiB)?\s*$")
+_MIB_RE = regex_cache.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:MiB)?\s*$")
 
 
 # No GPU has 2**44 MiB (16 EiB); a longer number is corrupt or hostile and reads as unknown.

@@ -13,10 +13,10 @@ second one. Pure apart from the diagnosis it is given.
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from typing import Any
 
+from oomdoctor import regex_cache
 from oomdoctor.records import field, record
 
 MARKER = "<!-- oomdoctor-triage -->"
@@ -66,7 +66,7 @@ class Reply:
 
 
 # --- reading an issue ------------------------------------------------------------------------------
-_TITLE_ERROR_RE = re.compile(
+_TITLE_ERROR_RE = regex_cache.compile(
     r"(?i)out of memory|OutOfMemory|Not enough memory|No available memory|KV cache (?:is needed|memory)|"
     r"less than desired|Try to allocate|Retract|insufficient GPU memory"
 )

@@ -7,7 +7,8 @@ vLLM V0's "Loading model weights took X GB", so "GB" here means GiB unless a cal
 from __future__ import annotations
 
 import math
-import re
+
+from oomdoctor import regex_cache
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -36,7 +37,7 @@ _UNIT_BYTES = {
     "tib": TIB,
 }
 
-_SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z]+)?\s*$")
+_SIZE_RE = regex_cache.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z]+)?\s*$")
 
 
 class UnitError(ValueError):

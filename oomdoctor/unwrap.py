@@ -17,10 +17,10 @@ Only small inputs (pastes) are read this way (oomdoctor/paste.py); large logs st
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 
+from oomdoctor import regex_cache
 from oomdoctor.prefixes import split_prefix, strip_ansi
 
 # Narrower than any terminal a server log is read in; shorter "widths" are ordinary short lines.
@@ -31,7 +31,7 @@ _STARTS_OF_THEIR_OWN = ('File "', "Traceback", "During handling", "The above exc
 
 
 # A traceback's exception line ("torch.OutOfMemoryError: ...", "RuntimeError: ...").
-_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)(?::|$)")
+_EXCEPTION_LINE = regex_cache.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)(?::|$)")
 
 
 def _starts_a_line(text: str) -> bool:

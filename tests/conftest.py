@@ -19,7 +19,7 @@ settings.register_profile("ci", max_examples=150, deadline=None, suppress_health
 settings.register_profile("long", max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# The parsed-TOML cache (oomdoctor/_toml.py) of this test session lives in a fresh directory, never
+# The disk cache (oomdoctor/disk_cache.py: parsed TOML, compiled regexes) of this test session lives in a fresh directory, never
 # the user's ~/.cache; subprocesses inherit it.
 os.environ.setdefault("OOMDOCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="oomdoctor-test-cache-"))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor import _toml
+from oomdoctor import _toml, disk_cache
 
 DOC = '[rule]\nid = "x"\nfraction = 0.85\nlimits = [1, 2, 3]\n[rule.docs]\nwhy = "because"\n'
 
@@ -17,7 +17,7 @@ DOC = '[rule]\nid = "x"\nfraction = 0.85\nlimits = [1, 2, 3]\n[rule.docs]\nwhy =
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     d = tmp_path / "cache"
     monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", str(d))
-    monkeypatch.setattr(_toml, "_cache_dir", False)  # looked up again under this environment
+    monkeypatch.setattr(disk_cache, "_cache_dir", False)  # looked up again under this environment
     return d
 
 
@@ -63,22 +63,22 @@ def test_a_document_with_a_date_is_parsed_every_time(cache: Path) -> None:
 def test_a_directory_others_can_write_is_not_used(cache: Path) -> None:
     cache.mkdir(mode=0o700)
     os.chmod(cache, 0o777)
-    assert _toml.cache_dir() is None
+    assert disk_cache.cache_dir() is None
     assert _toml.loads(DOC)["rule"]["id"] == "x" and not list(cache.glob("*.marshal"))
 
 
 def test_off_turns_the_cache_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", "off")
-    monkeypatch.setattr(_toml, "_cache_dir", False)
-    assert _toml.cache_dir() is None and _toml.loads(DOC)["rule"]["id"] == "x"
+    monkeypatch.setattr(disk_cache, "_cache_dir", False)
+    assert disk_cache.cache_dir() is None and _toml.loads(DOC)["rule"]["id"] == "x"
 
 
 def test_unwritable_cache_location_still_gives_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", str(blocker / "cache"))
-    monkeypatch.setattr(_toml, "_cache_dir", False)
-    assert _toml.cache_dir() is None and _toml.loads(DOC)["rule"]["id"] == "x"
+    monkeypatch.setattr(disk_cache, "_cache_dir", False)
+    assert disk_cache.cache_dir() is None and _toml.loads(DOC)["rule"]["id"] == "x"
 
 
 def test_shipped_data_parse_the_same_through_the_cache(cache: Path) -> None:
@@ -94,7 +94,7 @@ def test_shipped_data_parse_the_same_through_the_cache(cache: Path) -> None:
 def test_entries_untouched_for_the_prune_age_are_removed_when_a_new_one_is_written(cache: Path) -> None:
     _toml.loads(DOC)
     (old,) = cache.glob("*.marshal")
-    stale = time.time() - (_toml.PRUNE_AFTER_DAYS + 1) * 86400
+    stale = time.time() - (disk_cache.PRUNE_AFTER_DAYS + 1) * 86400
     os.utime(old, (stale, stale))
     leftover_tmp = cache / (old.stem + ".marshal.123.tmp")
     leftover_tmp.write_bytes(b"half")
@@ -111,9 +111,9 @@ def test_entries_untouched_for_the_prune_age_are_removed_when_a_new_one_is_writt
 def test_an_entry_in_use_is_touched_so_pruning_spares_it(cache: Path) -> None:
     _toml.loads(DOC)
     (entry,) = cache.glob("*.marshal")
-    aged = time.time() - (_toml.PRUNE_AFTER_DAYS - 1) * 86400  # old, but not yet prunable
+    aged = time.time() - (disk_cache.PRUNE_AFTER_DAYS - 1) * 86400  # old, but not yet prunable
     os.utime(entry, (aged, aged))
     assert _toml.loads(DOC)["rule"]["id"] == "x"  # a hit on an entry older than a day refreshes it
     assert entry.stat().st_mtime > time.time() - 60
-    assert _toml.prune(str(cache), now=time.time() + (_toml.PRUNE_AFTER_DAYS - 1) * 86400) == 0
-    assert _toml.prune(str(cache), now=time.time() + (_toml.PRUNE_AFTER_DAYS + 1) * 86400) == 1
+    assert disk_cache.prune(str(cache), now=time.time() + (disk_cache.PRUNE_AFTER_DAYS - 1) * 86400) == 0
+    assert disk_cache.prune(str(cache), now=time.time() + (disk_cache.PRUNE_AFTER_DAYS + 1) * 86400) == 1

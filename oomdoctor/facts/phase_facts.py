@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import re
-
-from oomdoctor import completeness, phase
+from oomdoctor import completeness, phase, regex_cache
 from oomdoctor.evidence import Event
 from oomdoctor.facts.common import OOM_KINDS, allocator_failed
 from oomdoctor.facts.store import Facts
@@ -12,7 +10,7 @@ from oomdoctor.parsers import records as rc
 
 _SERVING_PHASES = ("serving", "prefill", "decode", "sampling")
 # A traceback through a training loop (not an inference script or server): only then is training advice given.
-_TRAINING_RE = re.compile(r"(?i)\btrain\w*|finetun|fine_tun|backward|optimizer|trainer|training_step")
+_TRAINING_RE = regex_cache.compile(r"(?i)\btrain\w*|finetun|fine_tun|backward|optimizer|trainer|training_step")
 # The flag each stage the phase step finds sets.
 _STAGE_FLAGS = {"weight_loading": "weight_load_oom", "cuda_graph": "capture_oom", "encoder": "encoder_oom"}
 

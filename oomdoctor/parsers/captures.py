@@ -29,6 +29,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from oomdoctor import regex_cache
 from oomdoctor.patterns import LazyRegex, Needle, lazy
 from oomdoctor.units import UnitError, gib_to_bytes, is_plausible_device_bytes, mib_to_bytes, parse_size_bytes
 
@@ -72,7 +73,7 @@ SUFFIXES: dict[str, tuple[str, _Converter]] = {
 }
 _FLAG = "_flag"
 
-_GROUP_NAME_RE = re.compile(r"\(\?P<(\w+)>")
+_GROUP_NAME_RE = regex_cache.compile(r"\(\?P<(\w+)>")
 
 # A pattern's plan: per capture group, in group order, its output key and converter (None: a flag).
 # Keyed by id() (hashing a compiled pattern hashes its whole code), with the pattern kept to check it.

@@ -11,10 +11,9 @@ never by string formatting. Write it with ``-o /var/lib/node_exporter/textfile/o
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from oomdoctor import timestamps
+from oomdoctor import regex_cache, timestamps
 
 
 def _client() -> Any:
@@ -38,7 +37,7 @@ def incident_time(view: dict[str, Any], now: float | None = None) -> float:
     return now
 
 
-_DATED = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
+_DATED = regex_cache.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
 
 
 def _candidate_times(view: dict[str, Any]) -> list[str]:

@@ -1,0 +1,157 @@
+"""The compiled-regex cache: patterns built from kept opcodes are the patterns re.compile builds.
+
+CPython compares two patterns by flags, text and opcodes, so ``==`` between a cached pattern and
+``re.compile``'s is the strongest check there is; it is made for every pattern a diagnosis of every
+fixture uses. The rest: a second process is served from the entry, and nothing the cache can hold
+(garbage, another interpreter's entry, opcodes that are not valid) changes a result.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oomdoctor import disk_cache, regex_cache
+
+from conftest import FIXTURES
+
+SMALL = FIXTURES / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"
+
+
+@pytest.fixture
+def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty cache directory and a regex cache that has neither loaded nor compiled anything."""
+    d = tmp_path / "cache"
+    monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", str(d))
+    monkeypatch.setattr(disk_cache, "_cache_dir", False)
+    monkeypatch.setattr(regex_cache, "_memo", {})
+    monkeypatch.setattr(regex_cache, "_table", None)
+    monkeypatch.setattr(regex_cache, "_added", {})
+    return d
+
+
+def _restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a new process sees: the entry on disk, nothing in memory."""
+    monkeypatch.setattr(regex_cache, "_memo", {})
+    monkeypatch.setattr(regex_cache, "_table", None)
+    monkeypatch.setattr(regex_cache, "_added", {})
+
+
+# Run in a process of its own: patterns compiled earlier in the test session stay compiled in their
+# modules (and LazyRegex objects) and would never reach the cache again.
+EVERY_PATTERN = """
+import re, sys
+from pathlib import Path
+from oomdoctor import regex_cache
+from oomdoctor.api import diagnose
+logs = sorted(p for p in Path(sys.argv[1]).glob("*/*.log") if p.stat().st_size < 200_000)
+for log in logs:
+    diagnose([str(log)])
+used = dict(regex_cache._added)
+regex_cache.save()
+regex_cache._table = None
+regex_cache._load()
+same = [regex_cache._from_table(p, f) == re.compile(p, f) for (p, f) in used]
+groups = [regex_cache._from_table(p, f).groupindex == re.compile(p, f).groupindex for (p, f) in used]
+print(len(logs), len(used), sum(same), sum(groups))
+"""
+
+
+def test_every_pattern_a_diagnosis_uses_is_the_pattern_re_compile_builds(fresh: Path) -> None:
+    env = dict(os.environ, OOMDOCTOR_CACHE_DIR=str(fresh))
+    out = subprocess.run([sys.executable, "-c", EVERY_PATTERN, str(FIXTURES)], capture_output=True, text=True, env=env, check=True).stdout
+    logs, used, same, groups = map(int, out.split())
+    assert logs > 100
+    assert used > 100  # the parsers', the phase step's, the redaction's, the prefixes' patterns
+    assert same == groups == used
+
+
+def test_a_second_process_compiles_nothing_afresh(fresh: Path) -> None:
+    code = (
+        "import io, contextlib, sys\n"
+        "from oomdoctor import regex_cache\n"
+        "from oomdoctor.api import diagnose\n"
+        f"diagnose([{str(SMALL)!r}])\n"
+        "print(len(regex_cache._memo), len(regex_cache._added))\n"
+    )
+    env = dict(os.environ, OOMDOCTOR_CACHE_DIR=str(fresh))
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()
+    second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()
+    assert int(first[0]) > 30 and first[1] == first[0]  # everything compiled afresh, then written at exit (atexit)
+    assert second == [first[0], "0"]  # the same patterns, all from the entry
+    assert len(list(fresh.glob("*.marshal"))) >= 2  # the regex entry beside the parsed TOML
+
+
+def test_the_console_entry_writes_the_entry_before_its_fast_exit(fresh: Path) -> None:
+    script = Path(sys.executable).with_name("oomdoctor")
+    env = dict(os.environ, OOMDOCTOR_CACHE_DIR=str(fresh))
+    r = subprocess.run([str(script), "diagnose", "--format", "json", str(SMALL)], capture_output=True, text=True, env=env)
+    assert r.returncode == 3
+    name = regex_cache._entry_name()
+    table = marshal.loads((fresh / (name + disk_cache.ENTRY_SUFFIX)).read_bytes())
+    assert len(table) > 30 and all(isinstance(k[0], (str, bytes)) and isinstance(k[1], int) for k in table)
+
+
+DIAGNOSE = """
+import json, re, sys
+from oomdoctor import regex_cache
+from oomdoctor.api import diagnose
+from oomdoctor.contract import to_dict
+report = json.dumps(to_dict(diagnose([sys.argv[1]])), sort_keys=True)
+print(all(p == re.compile(k[0], k[1]) for k, p in regex_cache._memo.items()), len(regex_cache._added))
+print(report)
+"""
+
+
+def test_damaged_or_foreign_entries_change_no_result(fresh: Path) -> None:
+    env = dict(os.environ, OOMDOCTOR_CACHE_DIR=str(fresh))
+
+    def run() -> tuple[str, str]:
+        out = subprocess.run([sys.executable, "-c", DIAGNOSE, str(SMALL)], capture_output=True, text=True, env=env, check=True).stdout
+        status, report = out.split("\n", 1)
+        return status, report
+
+    status, expected = run()
+    assert status.startswith("True ") and int(status.split()[1]) > 30
+    entry = fresh / (regex_cache._entry_name() + disk_cache.ENTRY_SUFFIX)
+    table = marshal.loads(entry.read_bytes())
+    # Opcodes that are not valid (what another Python's entry would hold): _sre refuses them, re.compile is used.
+    bad_opcodes = marshal.dumps({key: (args[0], [999999, 1, 2], *args[2:]) for key, args in table.items()})
+    for damage in (bad_opcodes, b"\x00garbage", b"", marshal.dumps(["not", "a", "table"])):
+        entry.write_bytes(damage)
+        status, report = run()
+        assert report == expected and status.startswith("True "), damage[:20]
+
+
+def test_the_entry_is_named_by_the_interpreter_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = regex_cache._entry_name()
+    monkeypatch.setattr(regex_cache, "_name", None)
+    monkeypatch.setattr(sys, "version", sys.version + " (another build)")
+    assert regex_cache._entry_name() != name
+
+
+def test_no_cache_and_bad_patterns_behave_as_re(monkeypatch: pytest.MonkeyPatch, fresh: Path) -> None:
+    monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", "off")
+    monkeypatch.setattr(disk_cache, "_cache_dir", False)
+    assert regex_cache.compile(r"(?P<n>\d+) GiB").search("at 12 GiB")["n"] == "12"  # type: ignore[index]
+    assert regex_cache.compile(rb"avail mem=(\d+)", re.I).search(b"AVAIL MEM=3")[1] == b"3"  # type: ignore[index]
+    with pytest.raises(re.error):
+        regex_cache.compile(r"(unclosed")
+    regex_cache.save()  # nowhere to write: no error
+    assert not fresh.exists()
+
+
+def test_the_entry_is_bounded(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(regex_cache, "MAX_PATTERNS", 5)
+    for i in range(10):
+        regex_cache.compile(rf"pattern{i}")
+    assert len(regex_cache._added) == 5
+    regex_cache.save()
+    _restart(monkeypatch)
+    assert len(regex_cache._load()) == 5 and regex_cache.compile("pattern9").match("pattern9")
