@@ -7,15 +7,17 @@ value rather than guessing one.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from oomdoctor import budget
 from oomdoctor.budget import Step
 from oomdoctor.facts import Facts
 from oomdoctor.records import field, record, replace
 from oomdoctor.units import GIB, ceil_to, floor_to, format_bytes
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 # A recommendation's role among its finding's: the one set to paste, an alternative to it, or a change
 # the budget shows does not work (listed with why, never pasted).
@@ -76,6 +78,8 @@ def _shell_value(value: Any) -> str:
         import json  # a dict or list flag value is rare; the diagnose path stays without json
 
         value = json.dumps(value)
+    import shlex  # only a recommendation's paste line needs it
+
     return shlex.quote(str(value))
 
 

@@ -19,9 +19,12 @@ import math
 import pickle
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
 
 from oomdoctor.errors import InputError
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_PICKLE_BYTES = 512 << 20
 # Visits in one snapshot walk, repeats included (shared references count every time they are met).

@@ -11,10 +11,13 @@ file; the CLI maps them to exit codes, nothing here exits.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from oomdoctor.diagnosis import Diagnosis
 from oomdoctor.rule_engine import Rule
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def load_rules(extra_dirs: Iterable[str] = (), advice_ids: Iterable[str] | None = None) -> list[Rule]:

@@ -6,11 +6,12 @@ so that reports can print the working next to every recommended number.
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 from oomdoctor.records import field, record, replace
 from oomdoctor.units import GIB, MIB, ceil_to, floor_to, format_bytes, gib_text
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 # SGLang never leaves less than this for activations on a card over 60 GiB (the "big-GPU floor" of
 # its auto-tune, log_formats.md §1.6, and the 80 GB tier reserve of Era B at TP=1).
@@ -358,7 +359,8 @@ def pow2_floor(n: int) -> int:
 
 def round_down_multiple(n: float, multiple: int) -> int:
     """n rounded down to a multiple, never below the multiple itself."""
-    return max(multiple, math.floor(n / multiple) * multiple)
+    # int(x // 1) is math.floor(x) (same errors for nan and inf) without importing math on every start.
+    return max(multiple, int((n / multiple) // 1) * multiple)
 
 
 def halved_batch_size(n: int) -> int:

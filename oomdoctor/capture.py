@@ -31,7 +31,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 SITE_DIR = str(Path(__file__).resolve().parent / "_capture_site")
 ENV_DIR = "OOMDOCTOR_CAPTURE_DIR"

@@ -12,7 +12,6 @@ import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from oomdoctor import procinfo
 from oomdoctor.bundle import copy_chunks, plain_name
@@ -20,6 +19,10 @@ from oomdoctor.collected import manifest_header
 from oomdoctor.errors import GpuEvidence, InputError
 from oomdoctor.nvml import Nvml
 from oomdoctor.smi import run_nvidia_smi
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def collect(

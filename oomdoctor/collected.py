@@ -7,10 +7,13 @@ incident of the last run.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from oomdoctor.errors import InputError
 from oomdoctor.limits import nesting_depth
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 BUNDLE_KIND = "oomdoctor-bundle"
 BUNDLE_VERSION = 1

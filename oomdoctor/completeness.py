@@ -7,7 +7,6 @@ says it was cut. ``fragment``: a quoted message with next to no log around it.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Sequence
 
 from oomdoctor.evidence import Event, LineRef
@@ -40,6 +39,10 @@ class Completeness:
 
 def lines_after(line: int, total_lines: int, pieces: Sequence[int] = ()) -> int:
     """Lines of the input after ``line``, not counting a hard wrap's pieces (blank lines now, oomdoctor/unwrap.py)."""
+    if not pieces:
+        return total_lines - line
+    from bisect import bisect_right  # a hard-wrapped paste only
+
     return total_lines - line - (len(pieces) - bisect_right(pieces, line))
 
 

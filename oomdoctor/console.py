@@ -9,9 +9,12 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
-from typing import NoReturn
 
 from oomdoctor.errors import ExitCode, OutputError
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 # Terminal safety: every C0 and C1 control character but tab and newline (and DEL), from log text or
 # file names, is written as a visible escape, so an OSC title or clipboard write (OSC 52), a DCS

@@ -7,11 +7,13 @@ EXTRA_KEYS, so nothing unchecked reaches the contract.
 
 from __future__ import annotations
 
-from typing import Any
-
 from oomdoctor import advice
 from oomdoctor.diagnosis import Diagnosis, Finding
 from oomdoctor.facts import Facts
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA_VERSION = 1
 # What a finding may add beyond the fixed keys: the processes of a foreign_process finding, and the
@@ -110,8 +112,6 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
             ],
         }
     )
-
-
 
 
 def _across(d: Diagnosis) -> dict[str, Any]:

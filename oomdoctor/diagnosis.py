@@ -10,7 +10,6 @@ import os
 import re
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
 
 from oomdoctor import __version__, advice, budget, collected, confidence, regex_cache
 from oomdoctor import phase as phase_step
@@ -45,7 +44,10 @@ from oomdoctor.rule_engine import Rule, evaluate
 from oomdoctor.runs import COLLAPSED_RUNS, RUN_MARKER_KINDS, RunSegmenter, is_oom_event, split_runs
 from oomdoctor.scan import scan_lines
 
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:  # imported where used: one small log needs neither the node nor the monitoring step
+    from typing import Any
+
     from oomdoctor import nodes as nodes_mod
 
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS))

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 # The diagnose options the fast path reads: option string -> (parameter, allowed values or None for
 # any value, "flag" for a switch). Defaults are those of the click command in cli.py.

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from oomdoctor.records import field, record
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 # The event that stands for occurrences of a repeating kind left out to bound memory; its values are
 # {"kind": the kind, "dropped": how many were left out, "total": how many were read}.

@@ -7,10 +7,9 @@ click-free path of a plain ``diagnose`` (oomdoctor.entry) can use this table wit
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from oomdoctor.errors import ExitCode, GpuEvidence, GpuNotFound, InputError, OutputError, PlanFit, RuleError, UsageError
 
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from oomdoctor.diagnosis import Diagnosis
 

@@ -16,9 +16,12 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from oomdoctor.triage import MARKER
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 Runner = Callable[[Sequence[str]], str]
 

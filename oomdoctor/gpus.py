@@ -4,13 +4,16 @@ diagnosis names from the total capacity a log reports."""
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
 
 from oomdoctor import _toml
 from oomdoctor._toml import data_text
 from oomdoctor.errors import GpuNotFound
 from oomdoctor.records import record
 from oomdoctor.units import GIB, MIB
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @record(frozen=True)

@@ -12,13 +12,24 @@ import os
 import re
 import stat
 import sys
-import zlib
 from collections.abc import Callable, Iterator
-from typing import BinaryIO, Protocol
 
 from oomdoctor import regex_cache
 from oomdoctor.errors import InputError
 from oomdoctor.records import field, record
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import BinaryIO, Protocol
+
+    # Only annotations name it: typing (Protocol) stays off the start-up path.
+    class _Decompressor(Protocol):
+        """What zlib's decompressobj, bz2.BZ2Decompressor and lzma.LZMADecompressor have in common here."""
+
+        @property
+        def unused_data(self) -> bytes: ...
+
+        def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
 
 CHUNK_BYTES = 1 << 20
 MAX_LINE_BYTES = 1 << 20
@@ -269,23 +280,14 @@ def _open_raw(path: str) -> BinaryIO:
         raise InputError(f"{path}: cannot open ({exc.strerror or exc})") from None
 
 
-class _Decompressor(Protocol):
-    """What zlib's decompressobj, bz2.BZ2Decompressor and lzma.LZMADecompressor have in common here."""
-
-    @property
-    def unused_data(self) -> bytes: ...
-
-    def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
-
-
-_STREAM_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error, ValueError)
-
-
 def _decompressor(kind: str) -> tuple[Callable[[], _Decompressor], tuple[type[BaseException], ...]]:
     """The decompressor of ``kind`` and the errors a damaged stream raises from it."""
+    # zlib, bz2 and lzma are imported for the files that need them, not on every plain log's start.
+    import zlib
+
+    _STREAM_ERRORS = (OSError, EOFError, zlib.error, ValueError)
     if kind == "gzip":
         return (lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)), _STREAM_ERRORS
-    # bz2 and lzma are imported for the files that need them: ~2 ms of every plain log's start otherwise.
     if kind == "bzip2":
         import bz2
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 from oomdoctor import regex_cache
 from oomdoctor.records import field, record
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 # --- recognising a body --------------------------------------------------------------------------
 _FENCE_RE = regex_cache.compile(r"^\s{0,3}(```+|~~~+)")

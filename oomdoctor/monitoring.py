@@ -12,9 +12,11 @@ imported only when such a file is read); the query_range JSON is the Prometheus 
 
 from __future__ import annotations
 
-from typing import Any
-
 from oomdoctor.errors import InputError
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 MIB = 1 << 20
 # Framebuffer metrics of the DCGM exporter (MiB), and what each becomes.

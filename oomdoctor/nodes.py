@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from typing import Any
 
 from oomdoctor import regex_cache, timestamps
 from oomdoctor.evidence import Line, LineRef
@@ -28,6 +27,10 @@ from oomdoctor.inputs import InputStats, iter_line_chunks
 from oomdoctor.prefixes import split_prefix
 from oomdoctor.records import field, record
 from oomdoctor.scan import scan_lines
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 # Two failures on different hosts closer than this are simultaneous: host clocks drift apart
 # (NTP keeps them within milliseconds, unsynchronised containers within seconds).

@@ -8,10 +8,13 @@ memory. Tests pass a recorded fake module with the same function names.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from oomdoctor.evidence import Unavailable
 from oomdoctor.records import field, record
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 # NVML's usedGpuMemory for a process it cannot account (MIG, some vGPU setups): NVML_VALUE_NOT_AVAILABLE.
 _NOT_AVAILABLE = (1 << 64) - 1

@@ -9,13 +9,16 @@ milestones, loader or capture progress, serving traffic), nothing. The tables ar
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
 
 from oomdoctor import _toml
 from oomdoctor._toml import data_text
 from oomdoctor.evidence import Event, LineRef
 from oomdoctor.patterns import LazyRegex
 from oomdoctor.records import record
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 SOURCES = ("engine", "frames", "context", "none")
 # How much each source is worth when the confidence model weighs a class that depends on the phase.

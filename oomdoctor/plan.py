@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from oomdoctor import budget
 from oomdoctor.budget import Derived, Step
@@ -18,6 +17,10 @@ from oomdoctor.gpus import gpu_table
 from oomdoctor.records import field, record
 from oomdoctor.render.text import step_value as format_step_value
 from oomdoctor.units import GIB, gib_text
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 # How close to the window the engine's own default may be and still be called "at the edge" rather than
 # outside: the CUDA context (and NCCL) the window assumes is an estimate (0.3-1 GiB in practice), which

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from oomdoctor import regex_cache
 from oomdoctor.redact import redact_text
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 _ENV_ALLOW = regex_cache.compile(r"^(?:CUDA_|NVIDIA_|PYTORCH_|NCCL_|SGLANG_|VLLM_|TORCH_|OMP_NUM_THREADS$|HF_HOME$|LOCAL_RANK$|RANK$|WORLD_SIZE$)")
 _CONTAINER_RE = regex_cache.compile(r"(?:docker|kubepods|containerd|libpod|crio)[-/:]?([0-9a-f]{12,64})?")

@@ -30,11 +30,18 @@ import re
 from _thread import _local as _thread_local
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
-from typing import Any, Protocol
 
 from oomdoctor import regex_cache
 from oomdoctor.patterns import LazyRegex, lazy
 from oomdoctor.prefixes import split_prefix
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+
+    # Only annotations name it: typing (Protocol) stays off the start-up path.
+    class _Prefilter(Protocol):
+        def finditer(self, text: bytes) -> Iterator[Any]: ...
 
 REDACTED = "<redacted>"
 
@@ -205,10 +212,6 @@ _PREFILTER_PIECES: tuple[tuple[str, bytes], ...] = (
     ("jwt", rb"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8}"),
 )
 PREFILTER = rb"(?m)(?:" + rb"|".join(rb"(?:" + piece + rb")" for _, piece in _PREFILTER_PIECES) + rb")"
-
-
-class _Prefilter(Protocol):
-    def finditer(self, text: bytes) -> Iterator[Any]: ...
 
 
 _prefilter: _Prefilter | None = None

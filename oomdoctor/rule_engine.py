@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
 
 from oomdoctor import _toml, catalogue, regex_cache
 from oomdoctor.errors import RuleError
 from oomdoctor.limits import nesting_depth
 from oomdoctor.records import field, record
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 CLASSES = (
     "startup_kv",

@@ -24,11 +24,22 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
-from typing import Protocol
 
 from oomdoctor import regex_cache
 from oomdoctor.evidence import Line, LineRef
 from oomdoctor.prefixes import split_prefix, strip_ansi
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    # The interface every backend below has; only annotations name it, so typing (Protocol) stays off the start-up path.
+    class Backend(Protocol):
+        name: str
+
+        def anchored_lines(self, chunk: bytes) -> list[tuple[int, int]]:
+            """(line start, index of the first anchor on it) for every line holding an anchor, in order."""
+            ...
 
 # Lines after an anchor that are also read: wrapped OOM messages, the multi-line KV allocator
 # error ("Try to allocate N tokens." / "Available full tokens: ..."), hard-wrapped server_args.
@@ -45,14 +56,6 @@ BACKENDS = ("hyperscan", "re2", "re", "find")
 # Chunks smaller than this are scanned with ``find`` in the default mode: 80 anchors over 32 KiB take
 # about 1 ms, less than importing and compiling a matcher.
 SMALL_CHUNK = 32 << 10
-
-
-class Backend(Protocol):
-    name: str
-
-    def anchored_lines(self, chunk: bytes) -> list[tuple[int, int]]:
-        """(line start, index of the first anchor on it) for every line holding an anchor, in order."""
-        ...
 
 
 def _hex(anchor: bytes) -> bytes:

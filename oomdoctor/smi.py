@@ -12,11 +12,14 @@ import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
-from typing import Any
 
 from oomdoctor import regex_cache
 from oomdoctor.nvml import Gpu, GpuProcess
 from oomdoctor.units import MIB
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 GPU_QUERY = "index,uuid,pci.bus_id,name,memory.total,memory.used,memory.free,memory.reserved"
 APPS_QUERY = "gpu_uuid,gpu_bus_id,pid,process_name,used_memory"

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
 
 from oomdoctor import regex_cache
 from oomdoctor.records import field, record
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 MARKER = "<!-- oomdoctor-triage -->"
 DEFAULT_THRESHOLD = 0.7

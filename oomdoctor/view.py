@@ -6,8 +6,6 @@ charts and tables under ``report``, and redacts secrets from every string, befor
 
 from __future__ import annotations
 
-from typing import Any
-
 from oomdoctor import budget
 from oomdoctor.contract import to_dict
 from oomdoctor.diagnosis import Diagnosis
@@ -16,6 +14,10 @@ from oomdoctor.readings import Readings
 from oomdoctor.redact import redact_obj
 from oomdoctor.render.bars import SEGMENTS, sglang_bar, vllm_bar
 from oomdoctor.units import floor_to
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def build_view(d: Diagnosis, redact: bool = True) -> dict[str, Any]:

@@ -7,8 +7,6 @@ where two give the same fact is not decided by that order but by ``store.PRECEDE
 
 from __future__ import annotations
 
-from typing import Any
-
 from oomdoctor.facts import derived, sglang, torch, vllm
 from oomdoctor.facts.collected import collected_facts
 from oomdoctor.facts.common import failure_flags, resolve_system
@@ -18,6 +16,10 @@ from oomdoctor.facts.store import Facts
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.runs import Run, dedupe_ooms, implies_kv_failure, is_oom_event
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def build_facts(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from oomdoctor import budget
 from oomdoctor.evidence import LineRef
 from oomdoctor.facts.store import Facts
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 # Keys of a collected item that are not facts: its kind and path, and the capture observer's record
 # (read as an OOM event by the pipeline when no log holds the message: diagnosis._observer_oom).

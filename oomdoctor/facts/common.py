@@ -3,14 +3,16 @@ the failure flags the classes read (encoder, capture, weight-loading OOM)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from oomdoctor import phase
 from oomdoctor.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.facts.store import Facts
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.parsers import vllm as vl
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 _VLLM_KINDS = {v for k, v in vars(vl).items() if k.startswith("KIND_")}
 _SGLANG_KINDS = {v for k, v in vars(sg).items() if k.startswith("KIND_")}

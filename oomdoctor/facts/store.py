@@ -13,12 +13,14 @@ prose states) always ranks last.
 
 from __future__ import annotations
 
-from typing import Any
-
 from oomdoctor import catalogue
 from oomdoctor.budget import Derived
 from oomdoctor.evidence import Event, LineRef
 from oomdoctor.records import field, record
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 _VLLM_CONFIG = ("vllm_args", "vllm_engine_config")
 

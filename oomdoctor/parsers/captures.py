@@ -27,11 +27,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
 
 from oomdoctor import regex_cache
 from oomdoctor.patterns import LazyRegex, Needle, lazy
 from oomdoctor.units import UnitError, gib_to_bytes, is_plausible_device_bytes, mib_to_bytes, parse_size_bytes
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
+
+    _Converter = Callable[[str], Any]
+    _Plan = tuple[tuple[str, _Converter | None], ...]
 
 # A number as the engines print it: optional minus, optional decimals.
 NUM = r"-?\d+(?:\.\d+)?"
@@ -60,7 +66,6 @@ def _count(text: str) -> int:
 
 
 # suffix -> (what replaces it in the output key, converter of a group that took part in the match)
-_Converter = Callable[[str], Any]
 SUFFIXES: dict[str, tuple[str, _Converter]] = {
     "_gib": ("_bytes", lambda t: gib_to_bytes(float(t))),
     "_mib": ("_bytes", lambda t: mib_to_bytes(float(t))),
@@ -77,7 +82,6 @@ _GROUP_NAME_RE = regex_cache.compile(r"\(\?P<(\w+)>")
 
 # A pattern's plan: per capture group, in group order, its output key and converter (None: a flag).
 # Keyed by id() (hashing a compiled pattern hashes its whole code), with the pattern kept to check it.
-_Plan = tuple[tuple[str, _Converter | None], ...]
 _PLANS: dict[int, tuple[re.Pattern[str], _Plan]] = {}
 
 

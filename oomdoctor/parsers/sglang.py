@@ -6,13 +6,18 @@ alternative per era where the wording changed. SGLang prints "GB" but divides by
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable
-from typing import Any
 
 from oomdoctor.evidence import Event, Line
 from oomdoctor.parsers.captures import NUM, named, present, typed
+from oomdoctor.parsers.python_values import python_value
 from oomdoctor.patterns import Dispatch, LazyRegex, lazy
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
+
+    _Shape = Callable[[dict[str, Any]], dict[str, Any]]
 
 KIND_SERVER_ARGS = "server_args"
 KIND_INIT_DIST_END = "init_dist_end"
@@ -88,7 +93,6 @@ ANCHORS: tuple[bytes, ...] = (
 
 _F = NUM
 
-_Shape = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def _load_end(v: dict[str, Any]) -> dict[str, Any]:
@@ -334,11 +338,7 @@ def parse_server_args(text: str) -> dict[str, Any]:
         key, raw = m.group("key_str"), m.group("value_str")
         if key in args:
             continue
-        try:
-            value = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            value = raw
-        args[key] = value
+        args[key] = python_value(raw)
     args["_has_cuda_graph_max_bs_decode"] = "cuda_graph_max_bs_decode=" in text or "cuda_graph_config" in text
     return args
 

@@ -7,15 +7,20 @@ negative.
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Callable
-from typing import Any
 
 from oomdoctor.evidence import Event, Line
 from oomdoctor.parsers.captures import COUNT, NUM, named, present, typed
+from oomdoctor.parsers.python_values import python_value
 from oomdoctor.patterns import Dispatch, LazyRegex, lazy
 from oomdoctor.units import gib_to_bytes
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
+
+    _Shape = Callable[[dict[str, Any]], dict[str, Any]]
 
 KIND_ARGS = "vllm_args"
 KIND_ENGINE_CONFIG = "vllm_engine_config"
@@ -81,7 +86,6 @@ ANCHORS: tuple[bytes, ...] = (
 _F = NUM
 _N = COUNT
 
-_Shape = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def _args(v: dict[str, Any]) -> dict[str, Any]:
@@ -281,19 +285,12 @@ _ARG_KEYS = {
 }
 
 
-def _literal(raw: str) -> Any:
-    try:
-        return ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
-        return raw
-
-
 def _config_values(text: str, pattern: LazyRegex) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for m in pattern.finditer(text):
         key, raw = m.group("key_str"), m.group("value_str")
         if key in _ARG_KEYS and key not in values:
-            value = _literal(raw)
+            value = python_value(raw)
             if raw in ("True", "False"):
                 value = raw == "True"
             values[key] = value

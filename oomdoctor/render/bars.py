@@ -7,9 +7,11 @@ the two formulas mirror budget.py's, and tests/test_report_html.py checks that t
 
 from __future__ import annotations
 
-from typing import Any
-
 from oomdoctor.units import gib_text
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 # Segment kinds of a GPU bar, in drawing order, with their legend labels.
 SEGMENTS = (

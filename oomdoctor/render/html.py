@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
 from oomdoctor.render import svg
 from oomdoctor.render.text import recommendation_head, step_value
 from oomdoctor.units import GIB
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _env() -> Environment:

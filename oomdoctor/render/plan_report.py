@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from jinja2 import Environment, StrictUndefined
 from markupsafe import Markup
 
@@ -12,6 +10,10 @@ from oomdoctor.render import svg
 from oomdoctor.render.markdown import _gpus as markdown_bars
 from oomdoctor.render.text import step_value
 from oomdoctor.units import gib_text as _g
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _value(s: dict[str, Any]) -> str:

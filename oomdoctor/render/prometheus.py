@@ -11,9 +11,11 @@ never by string formatting. Write it with ``-o /var/lib/node_exporter/textfile/o
 
 from __future__ import annotations
 
-from typing import Any
-
 from oomdoctor import regex_cache, timestamps
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _client() -> Any:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from oomdoctor.units import format_bytes
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 
 # How a derivation step's value is shown, by its unit (budget.Step.unit); never guessed from its size.
