@@ -1,10 +1,16 @@
 """A private directory of ``marshal`` entries that save work a start would otherwise repeat.
 
-Two users: parsed TOML (``_toml.loads``: the rules, the fact catalogue, the phase and GPU tables) and
-compiled regular expressions (``regex_cache``). Each names its entries by a hash of everything the
-entry depends on (the text parsed; the interpreter build and the patterns), so an edit or an upgrade
-is simply a new name and a stale entry cannot be served. Entries hold plain data only (dicts, lists,
-tuples, strings, numbers), read with ``marshal``: nothing in the cache can run code.
+Three users: parsed TOML (``_toml.loads``: the rules, the fact catalogue, the phase and GPU tables),
+compiled regular expressions (``regex_cache``) and the records' compiled ``__init__`` methods
+(``records``). Each names its entries by a hash of everything an entry depends on (the text parsed;
+the interpreter build), so an edit or an upgrade is simply a new name and a stale entry cannot be
+served. Entries are read with ``marshal``: plain data (dicts, lists, tuples, strings, numbers) and,
+in the records' entry, code objects compiled by this same interpreter build, which is what a
+``__pycache__`` file holds; the directory's checks below are what keeps others from writing them.
+
+A ``Table`` is one entry that grows across runs (a pattern or a method per key): it is read once,
+and what a run adds is written back once, at exit (``write_back``; the console entry point calls it
+before its fast exit, ``atexit`` covers everything else).
 
 The place: ``$OOMDOCTOR_CACHE_DIR`` (``off`` or empty turns caching off), else
 ``$XDG_CACHE_HOME/oomdoctor``, else ``~/.cache/oomdoctor``. The directory is created 0700 and used
@@ -140,3 +146,64 @@ def prune(directory: str, now: float | None = None) -> int:
         except OSError:
             continue
     return removed
+
+
+class Table:
+    """One entry holding a dict that runs add to: key -> what was built for it (marshal data)."""
+
+    def __init__(self, *name_parts: bytes, limit: int) -> None:
+        self._name_parts = name_parts
+        self.limit = limit  # past this many keys, new ones are built every run instead of growing the entry
+        self._name: str | None = None
+        self._data: dict[Any, Any] | None = None
+        self.added: dict[Any, Any] = {}
+
+    @property
+    def name(self) -> str:
+        if self._name is None:
+            self._name = key(*self._name_parts)
+        return self._name
+
+    def data(self) -> dict[Any, Any]:
+        """What the entry held when first read (plus what this run wrote back since)."""
+        if self._data is None:
+            loaded = read(self.name)
+            self._data = loaded if isinstance(loaded, dict) else {}
+        return self._data
+
+    def get(self, k: Any) -> Any:
+        return self.data().get(k)
+
+    def add(self, k: Any, value: Any) -> None:
+        """Keep ``value`` for ``k``, to be written back at exit (within ``limit``)."""
+        if len(self.data()) + len(self.added) >= self.limit:
+            return
+        if not _pending:
+            import atexit
+
+            atexit.register(write_back)
+        if self not in _pending:
+            _pending.append(self)
+        self.added[k] = value
+
+    def save(self) -> None:
+        """Write back what this run added, merged with what the entry holds now (another run may have written)."""
+        if not self.added:
+            return
+        current = read(self.name)
+        merged = dict(current) if isinstance(current, dict) else {}
+        merged.update(self.added)
+        if len(merged) <= self.limit and write(self.name, merged):
+            self.data().update(self.added)
+        self.added = {}
+
+
+_pending: list[Table] = []
+
+
+def write_back() -> None:
+    """Write every table's additions; never raises (a cache can change timings, never the outcome)."""
+    while _pending:
+        table = _pending.pop()
+        with contextlib.suppress(Exception):
+            table.save()

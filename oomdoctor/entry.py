@@ -135,17 +135,16 @@ def _exit_now(code: int) -> None:
     """End the process once the report is out, skipping the interpreter's teardown (~8 ms of a small log).
 
     Everything the command wrote is flushed first; files it wrote are closed (the report is renamed into
-    place, the stdin spool removed, inside ``run``), and the regex cache is written back, so nothing but
+    place, the stdin spool removed, inside ``run``), and the disk cache's tables are written back, so nothing but
     module destruction is skipped.
     """
     import contextlib
     import os
 
-    # os._exit skips atexit, where regex_cache writes back the patterns this run compiled afresh.
-    regex_cache = sys.modules.get("oomdoctor.regex_cache")
-    if regex_cache is not None:
-        with contextlib.suppress(Exception):  # a cache can change timings, never the outcome
-            regex_cache.save()
+    # os._exit skips atexit, where the disk cache's tables write back what this run built afresh.
+    disk_cache = sys.modules.get("oomdoctor.disk_cache")
+    if disk_cache is not None:
+        disk_cache.write_back()
     for stream in (sys.stdout, sys.stderr):
         if stream is None:  # started with that descriptor closed (cron, daemons)
             continue

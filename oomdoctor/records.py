@@ -6,9 +6,10 @@ is measured against a bare interpreter (issue 15). ``import dataclasses`` alone 
 bare interpreter's whole start (it imports inspect, which imports ast, dis, tokenize and more), and each
 ``@dataclass`` class then compiles up to six generated methods and, for a docstring-less class, calls
 ``inspect.signature``: the ~40 records on a small log's path cost ~20 ms, a third of the run. Here a
-class compiles one method, its ``__init__`` (so building records stays as fast as with dataclasses, which
-matters on a 1 GiB log); equality, hashing, ``repr`` and immutability are shared functions that read the
-class's field names.
+class has one generated method, its ``__init__`` (so building records stays as fast as with dataclasses,
+which matters on a 1 GiB log), and its compiled code is kept in ``disk_cache`` (a table named by the
+interpreter build, as ``__pycache__`` files are) so a later start does not compile it again; equality,
+hashing, ``repr`` and immutability are shared functions that read the class's field names.
 
 What is kept of dataclasses, and checked by tests/test_records.py: fields from the class's annotations
 in order, defaults and ``field(default_factory=...)``, ``frozen`` (assignment
@@ -165,10 +166,32 @@ def _init(cls: type, names: list[str], defaults: dict[str, Any], frozen: bool) -
         body.append(f"  __setattr(self, {name!r}, {value})" if frozen else f"  self.{name} = {value}")
     scope["__missing"] = _MISSING
     source = f"def __init__(self, {', '.join(params)}):\n" + ("\n".join(body) or "  pass")
-    exec(source, scope)
+    table = _init_code()
+    code = table.get(source)
+    if not isinstance(code, _CodeType):
+        code = compile(source, "<oomdoctor.records __init__>", "exec")
+        table.add(source, code)
+    exec(code, scope)
     init = scope["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     return init
+
+
+_CodeType = type(_build.__code__)
+_init_table: Any = None
+
+
+def _init_code() -> Any:
+    """The compiled ``__init__`` sources, kept across runs: compiling them is most of a record's class cost."""
+    global _init_table
+    if _init_table is None:
+        import sys
+
+        from oomdoctor import disk_cache
+
+        build = f"{sys.version}|{sys.implementation.cache_tag}".encode()
+        _init_table = disk_cache.Table(b"oomdoctor-record-init-1", build, limit=1024)
+    return _init_table
 
 
 def _repr(self: Any) -> str:

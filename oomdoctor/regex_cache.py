@@ -15,8 +15,7 @@ cache, a damaged entry, PyPy, a Python whose ``re`` internals differ) means ``re
 built from the cache compares equal to ``re.compile``'s (CPython compares patterns by flags, text
 and opcodes): tests/test_regex_cache.py checks every pattern a diagnosis of each fixture uses.
 
-What this run compiled that the entry lacked is written back once, at exit (``save``; the console
-entry point calls it before its fast exit, ``atexit`` covers everything else).
+What this run compiled that the entry lacked is written back once, at exit (``disk_cache.Table``).
 """
 
 from __future__ import annotations
@@ -37,10 +36,17 @@ _FORMAT = b"oomdoctor-regex-cache-1"
 MAX_PATTERNS = 4096
 
 _memo: dict[tuple[Any, int], Any] = {}  # this process's compiled patterns
-_table: dict[tuple[Any, int], tuple[Any, ...]] | None = None  # the entry: (pattern, flags) -> _sre.compile's other arguments
-_added: dict[tuple[Any, int], tuple[Any, ...]] = {}
-_name: str | None = None
 _enabled = sys.implementation.name == "cpython"
+
+
+def _build_id() -> bytes:
+    import _sre  # already loaded by re: free
+
+    return f"{sys.version}|{sys.implementation.cache_tag}|{_sre.MAGIC}|{_sre.CODESIZE}".encode()
+
+
+# (pattern, flags) -> the arguments _sre.compile takes after the pattern.
+TABLE = disk_cache.Table(_FORMAT, _build_id(), limit=MAX_PATTERNS)
 
 
 def compile(pattern: AnyStr, flags: int = 0) -> re.Pattern[AnyStr]:
@@ -50,35 +56,18 @@ def compile(pattern: AnyStr, flags: int = 0) -> re.Pattern[AnyStr]:
     compiled = _memo.get(memo_key)
     if compiled is not None:
         return compiled
-    compiled = _from_table(pattern, flags) if _enabled and not flags & re.DEBUG else None
-    if compiled is None:
-        compiled = _build(pattern, flags) if _enabled and not flags & re.DEBUG else None
+    cacheable = _enabled and not flags & re.DEBUG
+    compiled = _from_table(pattern, flags) if cacheable else None
+    if compiled is None and cacheable:
+        compiled = _build(pattern, flags)
     if compiled is None:
         compiled = re.compile(pattern, flags)
     _memo[memo_key] = compiled
     return compiled
 
 
-def _entry_name() -> str:
-    global _name
-    if _name is None:
-        import _sre
-
-        build = f"{sys.version}|{sys.implementation.cache_tag}|{_sre.MAGIC}|{_sre.CODESIZE}"
-        _name = disk_cache.key(_FORMAT, build.encode())
-    return _name
-
-
-def _load() -> dict[tuple[Any, int], tuple[Any, ...]]:
-    global _table
-    if _table is None:
-        data = disk_cache.read(_entry_name())
-        _table = data if isinstance(data, dict) else {}
-    return _table
-
-
 def _from_table(pattern: Any, flags: int) -> Any:
-    args = _load().get((pattern, flags))
+    args = TABLE.get((pattern, flags))
     if args is None:
         return None
     try:
@@ -110,24 +99,5 @@ def _build(pattern: Any, flags: int) -> Any:
         compiled = _sre.compile(pattern, *args)
     except Exception:  # noqa: BLE001 - a syntax error (re.compile words it) or different re internals
         return None
-    if len(_load()) + len(_added) < MAX_PATTERNS:
-        if not _added:
-            import atexit
-
-            atexit.register(save)
-        _added[(pattern, flags)] = args
+    TABLE.add((pattern, flags), args)
     return compiled
-
-
-def save() -> None:
-    """Write back what this run compiled that the entry lacked (merged with what is there now)."""
-    if not _added:
-        return
-    current = disk_cache.read(_entry_name())
-    merged = dict(current) if isinstance(current, dict) else {}
-    merged.update(_added)
-    if len(merged) > MAX_PATTERNS:
-        return
-    if disk_cache.write(_entry_name(), merged):
-        _load().update(_added)
-    _added.clear()

@@ -30,17 +30,15 @@ def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     d = tmp_path / "cache"
     monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", str(d))
     monkeypatch.setattr(disk_cache, "_cache_dir", False)
-    monkeypatch.setattr(regex_cache, "_memo", {})
-    monkeypatch.setattr(regex_cache, "_table", None)
-    monkeypatch.setattr(regex_cache, "_added", {})
+    _restart(monkeypatch)
     return d
 
 
 def _restart(monkeypatch: pytest.MonkeyPatch) -> None:
     """What a new process sees: the entry on disk, nothing in memory."""
     monkeypatch.setattr(regex_cache, "_memo", {})
-    monkeypatch.setattr(regex_cache, "_table", None)
-    monkeypatch.setattr(regex_cache, "_added", {})
+    monkeypatch.setattr(regex_cache, "TABLE", disk_cache.Table(regex_cache._FORMAT, regex_cache._build_id(), limit=regex_cache.MAX_PATTERNS))
+    monkeypatch.setattr(disk_cache, "_pending", [])
 
 
 # Run in a process of its own: patterns compiled earlier in the test session stay compiled in their
@@ -53,10 +51,9 @@ from oomdoctor.api import diagnose
 logs = sorted(p for p in Path(sys.argv[1]).glob("*/*.log") if p.stat().st_size < 200_000)
 for log in logs:
     diagnose([str(log)])
-used = dict(regex_cache._added)
-regex_cache.save()
-regex_cache._table = None
-regex_cache._load()
+used = dict(regex_cache.TABLE.added)
+regex_cache.TABLE.save()
+regex_cache.TABLE._data = None
 same = [regex_cache._from_table(p, f) == re.compile(p, f) for (p, f) in used]
 groups = [regex_cache._from_table(p, f).groupindex == re.compile(p, f).groupindex for (p, f) in used]
 print(len(logs), len(used), sum(same), sum(groups))
@@ -78,7 +75,7 @@ def test_a_second_process_compiles_nothing_afresh(fresh: Path) -> None:
         "from oomdoctor import regex_cache\n"
         "from oomdoctor.api import diagnose\n"
         f"diagnose([{str(SMALL)!r}])\n"
-        "print(len(regex_cache._memo), len(regex_cache._added))\n"
+        "print(len(regex_cache._memo), len(regex_cache.TABLE.added))\n"
     )
     env = dict(os.environ, OOMDOCTOR_CACHE_DIR=str(fresh))
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()
@@ -93,7 +90,7 @@ def test_the_console_entry_writes_the_entry_before_its_fast_exit(fresh: Path) ->
     env = dict(os.environ, OOMDOCTOR_CACHE_DIR=str(fresh))
     r = subprocess.run([str(script), "diagnose", "--format", "json", str(SMALL)], capture_output=True, text=True, env=env)
     assert r.returncode == 3
-    name = regex_cache._entry_name()
+    name = regex_cache.TABLE.name
     table = marshal.loads((fresh / (name + disk_cache.ENTRY_SUFFIX)).read_bytes())
     assert len(table) > 30 and all(isinstance(k[0], (str, bytes)) and isinstance(k[1], int) for k in table)
 
@@ -104,7 +101,7 @@ from oomdoctor import regex_cache
 from oomdoctor.api import diagnose
 from oomdoctor.contract import to_dict
 report = json.dumps(to_dict(diagnose([sys.argv[1]])), sort_keys=True)
-print(all(p == re.compile(k[0], k[1]) for k, p in regex_cache._memo.items()), len(regex_cache._added))
+print(all(p == re.compile(k[0], k[1]) for k, p in regex_cache._memo.items()), len(regex_cache.TABLE.added))
 print(report)
 """
 
@@ -119,7 +116,7 @@ def test_damaged_or_foreign_entries_change_no_result(fresh: Path) -> None:
 
     status, expected = run()
     assert status.startswith("True ") and int(status.split()[1]) > 30
-    entry = fresh / (regex_cache._entry_name() + disk_cache.ENTRY_SUFFIX)
+    entry = fresh / (regex_cache.TABLE.name + disk_cache.ENTRY_SUFFIX)
     table = marshal.loads(entry.read_bytes())
     # Opcodes that are not valid (what another Python's entry would hold): _sre refuses them, re.compile is used.
     bad_opcodes = marshal.dumps({key: (args[0], [999999, 1, 2], *args[2:]) for key, args in table.items()})
@@ -130,10 +127,10 @@ def test_damaged_or_foreign_entries_change_no_result(fresh: Path) -> None:
 
 
 def test_the_entry_is_named_by_the_interpreter_build(monkeypatch: pytest.MonkeyPatch) -> None:
-    name = regex_cache._entry_name()
-    monkeypatch.setattr(regex_cache, "_name", None)
+    name = disk_cache.Table(regex_cache._FORMAT, regex_cache._build_id(), limit=1).name
+    assert name == regex_cache.TABLE.name
     monkeypatch.setattr(sys, "version", sys.version + " (another build)")
-    assert regex_cache._entry_name() != name
+    assert disk_cache.Table(regex_cache._FORMAT, regex_cache._build_id(), limit=1).name != name
 
 
 def test_no_cache_and_bad_patterns_behave_as_re(monkeypatch: pytest.MonkeyPatch, fresh: Path) -> None:
@@ -143,15 +140,15 @@ def test_no_cache_and_bad_patterns_behave_as_re(monkeypatch: pytest.MonkeyPatch,
     assert regex_cache.compile(rb"avail mem=(\d+)", re.I).search(b"AVAIL MEM=3")[1] == b"3"  # type: ignore[index]
     with pytest.raises(re.error):
         regex_cache.compile(r"(unclosed")
-    regex_cache.save()  # nowhere to write: no error
+    disk_cache.write_back()  # nowhere to write: no error
     assert not fresh.exists()
 
 
 def test_the_entry_is_bounded(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(regex_cache, "MAX_PATTERNS", 5)
+    regex_cache.TABLE.limit = 5
     for i in range(10):
         regex_cache.compile(rf"pattern{i}")
-    assert len(regex_cache._added) == 5
-    regex_cache.save()
+    assert len(regex_cache.TABLE.added) == 5
+    disk_cache.write_back()
     _restart(monkeypatch)
-    assert len(regex_cache._load()) == 5 and regex_cache.compile("pattern9").match("pattern9")
+    assert len(regex_cache.TABLE.data()) == 5 and regex_cache.compile("pattern9").match("pattern9")
