@@ -7,13 +7,15 @@ ever evaluated as code. Evaluation is three-valued: a comparison on a fact that 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 
-from oomdoctor import _toml, catalogue, regex_cache
+from oomdoctor import __version__, _toml, catalogue, disk_cache, regex_cache
+from oomdoctor._toml import data_text
 from oomdoctor.errors import RuleError
 from oomdoctor.limits import nesting_depth
-from oomdoctor.records import field, record
+from oomdoctor.records import field, fields, record
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
@@ -219,13 +221,21 @@ _nesting_depth = nesting_depth
 
 def load_rule_file(path: str | os.PathLike[str], known_advice: Iterable[str] | None = None) -> Rule:
     path = os.fspath(path)
+    return _parse_rule_bytes(path, _read_rule_bytes(path), known_advice)
+
+
+def _read_rule_bytes(path: str) -> bytes:
     try:
         with open(path, "rb") as fh:
-            raw = fh.read()
+            raw = fh.read(MAX_RULE_FILE_BYTES + 1)
     except OSError as exc:
         raise RuleError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if len(raw) > MAX_RULE_FILE_BYTES:
         raise RuleError(f"{path}: larger than {MAX_RULE_FILE_BYTES >> 10} KiB; a rule is a short file")
+    return raw
+
+
+def _parse_rule_bytes(path: str, raw: bytes, known_advice: Iterable[str] | None) -> Rule:
     try:
         data = _toml.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -259,6 +269,15 @@ def builtin_rule_paths() -> list[str]:
     return sorted(paths, key=os.path.basename)
 
 
+# The validated catalogue is kept whole in the disk cache: parsing and checking ~35 rule files cost a
+# small log's start ~2 ms (issue 15), though they change only with an upgrade or an edit. The entry is
+# named by everything the result depends on: each file's path and bytes, the fact catalogue's text,
+# the advice ids checked against, the package version and this format (bump it when validation
+# changes what a Rule holds). An edited rule, fact or advice id is a new name; tests run on an empty
+# cache, so they always validate.
+_RULES_FORMAT = b"oomdoctor-rules-1"
+
+
 def load_rules(extra_dirs: Iterable[str] = (), known_advice: Iterable[str] | None = None, builtin: bool = True) -> list[Rule]:
     """The shipped catalogue plus every ``*.toml`` in the user's --rules directories."""
     paths = builtin_rule_paths() if builtin else []
@@ -266,14 +285,28 @@ def load_rules(extra_dirs: Iterable[str] = (), known_advice: Iterable[str] | Non
         if not os.path.isdir(d):
             raise RuleError(f"{d}: --rules takes a directory of *.toml rule files")
         paths.extend(_toml_files(d))
+    advice_ids = None if known_advice is None else tuple(sorted(known_advice))
+    raws = [_read_rule_bytes(p) for p in paths]
+    name = disk_cache.key(
+        _RULES_FORMAT,
+        __version__.encode(),
+        repr(advice_ids).encode(),
+        data_text("facts.toml").encode(),
+        *(os.fsencode(p) + b"\0" + raw for p, raw in zip(paths, raws, strict=True)),
+    )
+    cached = disk_cache.read(name)
+    if isinstance(cached, list):
+        with contextlib.suppress(TypeError):  # not the shape a Rule takes: validate afresh
+            return [Rule(*fields) for fields in cached]
     rules: list[Rule] = []
     seen: dict[str, str] = {}
-    for p in paths:
-        rule = load_rule_file(p, known_advice)
+    for p, raw in zip(paths, raws, strict=True):
+        rule = _parse_rule_bytes(p, raw, advice_ids)
         if rule.id in seen:
             raise RuleError(f"{p}: field 'id': {rule.id!r} is already defined in {seen[rule.id]}; ids are unique")
         seen[rule.id] = str(p)
         rules.append(rule)
+    disk_cache.write(name, [tuple(getattr(rule, f) for f in fields(Rule)) for rule in rules])
     return rules
 
 

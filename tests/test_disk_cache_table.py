@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import marshal
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,33 @@ def test_a_damaged_record_entry_still_builds_working_records(cache: Path) -> Non
     entry.write_bytes(marshal.dumps(dict.fromkeys(sources, "not code")))
     r = subprocess.run([sys.executable, "-m", "oomdoctor", "diagnose", "--format", "json", str(SMALL)], capture_output=True, text=True, env=env)
     assert r.returncode == 3 and '"startup_kv"' in r.stdout
+
+
+def test_the_validated_catalogue_is_served_whole_and_an_edit_is_validated_again(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from oomdoctor import rule_engine
+    from oomdoctor.errors import RuleError
+
+    first = rule_engine.load_rules()
+    assert len(list(cache.glob("*.marshal"))) >= 2  # the parsed TOML entries and the catalogue's
+
+    def no_parse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("validated again")
+
+    monkeypatch.setattr(rule_engine, "parse_rule", no_parse)
+    assert rule_engine.load_rules() == first  # served whole: no rule is parsed or checked
+    extra = tmp_path / "rules"
+    extra.mkdir()
+    mine = extra / "my-rule.toml"
+    mine.write_text((Path(first[0].path)).read_text().replace(f'id = "{first[0].id}"', 'id = "my-rule"'))
+    with pytest.raises(AssertionError, match="validated again"):
+        rule_engine.load_rules([str(extra)])  # a new file: the catalogue is validated again
+    monkeypatch.undo()
+    monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", str(cache))
+    monkeypatch.setattr(disk_cache, "_cache_dir", False)
+    assert [r.id for r in rule_engine.load_rules([str(extra)])][-1] == "my-rule"
+    mine.write_text(re.sub(r"(?m)^confidence = .*$", "confidence = 7.5", mine.read_text()))
+    with pytest.raises(RuleError, match="field 'confidence'"):
+        rule_engine.load_rules([str(extra)])  # an edit is validated: the bad value is refused
+    for entry in cache.glob("*.marshal"):  # every entry damaged: the same rules, validated afresh
+        entry.write_bytes(marshal.dumps([("not", "a", "rule")]))
+    assert rule_engine.load_rules() == first
