@@ -254,6 +254,16 @@ def _toml_files(directory: str) -> list[str]:
     return sorted(os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".toml") and os.path.isfile(os.path.join(directory, n)))
 
 
+def _file_stamp(path: str) -> bytes:
+    """What names a rule file's version without reading it, as __pycache__ does: its path, size,
+    modification time in nanoseconds, inode and device (a file replaced by a rename is a new inode)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise RuleError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{st.st_dev}".encode("utf-8", "surrogateescape")
+
+
 def builtin_rule_paths() -> list[str]:
     """The rule files shipped inside the package (``rules/`` installed as ``oomdoctor.rules``).
 
@@ -271,10 +281,10 @@ def builtin_rule_paths() -> list[str]:
 
 # The validated catalogue is kept whole in the disk cache: parsing and checking ~35 rule files cost a
 # small log's start ~2 ms (issue 15), though they change only with an upgrade or an edit. The entry is
-# named by everything the result depends on: each file's path and bytes, the fact catalogue's text,
-# the advice ids checked against, the package version and this format (bump it when validation
-# changes what a Rule holds). An edited rule, fact or advice id is a new name; tests run on an empty
-# cache, so they always validate.
+# named by everything the result depends on: each file's stamp (path, size, mtime in ns, inode: what
+# __pycache__ trusts, so a hit reads no rule file), the fact catalogue's text, the advice ids checked
+# against, the package version and this format (bump it when validation changes what a Rule holds).
+# An edited rule, fact or advice id is a new name; tests run on an empty cache, so they always validate.
 _RULES_FORMAT = b"oomdoctor-rules-1"
 
 
@@ -286,13 +296,12 @@ def load_rules(extra_dirs: Iterable[str] = (), known_advice: Iterable[str] | Non
             raise RuleError(f"{d}: --rules takes a directory of *.toml rule files")
         paths.extend(_toml_files(d))
     advice_ids = None if known_advice is None else tuple(sorted(known_advice))
-    raws = [_read_rule_bytes(p) for p in paths]
     name = disk_cache.key(
         _RULES_FORMAT,
         __version__.encode(),
         repr(advice_ids).encode(),
         data_text("facts.toml").encode(),
-        *(os.fsencode(p) + b"\0" + raw for p, raw in zip(paths, raws, strict=True)),
+        *(_file_stamp(p) for p in paths),
     )
     cached = disk_cache.read(name)
     if isinstance(cached, list):
@@ -300,8 +309,8 @@ def load_rules(extra_dirs: Iterable[str] = (), known_advice: Iterable[str] | Non
             return [Rule(*fields) for fields in cached]
     rules: list[Rule] = []
     seen: dict[str, str] = {}
-    for p, raw in zip(paths, raws, strict=True):
-        rule = _parse_rule_bytes(p, raw, advice_ids)
+    for p in paths:
+        rule = _parse_rule_bytes(p, _read_rule_bytes(p), advice_ids)
         if rule.id in seen:
             raise RuleError(f"{p}: field 'id': {rule.id!r} is already defined in {seen[rule.id]}; ids are unique")
         seen[rule.id] = str(p)
