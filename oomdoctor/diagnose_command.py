@@ -13,10 +13,15 @@ from oomdoctor.errors import ExitCode, OutputError, UsageError
 from oomdoctor.exits import exit_code
 
 
-def import_pipeline() -> None:
-    """Import what ``run`` uses, so that the entry point can import it all with the cycle collector off."""
+def import_pipeline(fmt: str = "text") -> None:
+    """Import what ``run`` uses for a report in ``fmt``, so that the entry point can import it all with the
+    cycle collector off (and a JSON report does not import the text renderer, nor a text one json)."""
     from oomdoctor import api, redact, view  # noqa: F401
-    from oomdoctor.render import text  # noqa: F401
+
+    if fmt == "json":
+        from oomdoctor.render import json_out  # noqa: F401
+    elif fmt == "text":
+        from oomdoctor.render import text  # noqa: F401
 
 
 def run(paths: tuple[str, ...], fmt: str = "text", output: str | None = None, bundle: str | None = None, rules_dirs: tuple[str, ...] = (), system: str = "auto", no_redact: bool = False, redact_pii: bool = False) -> ExitCode:

@@ -124,7 +124,7 @@ def _diagnose(params: dict[str, Any]) -> int:
     try:
         from oomdoctor import diagnose_command
 
-        diagnose_command.import_pipeline()
+        diagnose_command.import_pipeline(params["fmt"])
         gc.freeze()
     finally:
         gc.enable()

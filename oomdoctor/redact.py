@@ -29,7 +29,6 @@ import contextlib
 import re
 from _thread import _local as _thread_local
 from collections.abc import Iterable, Iterator
-from contextvars import ContextVar
 
 from oomdoctor import regex_cache
 from oomdoctor.patterns import LazyRegex, lazy
@@ -565,29 +564,40 @@ def _ip(p: Pseudonyms, text: str) -> str:
 
 # --- the active redactor -----------------------------------------------------------------------
 
-_SESSION: ContextVar[Redactor | None] = ContextVar("oomdoctor_redactor", default=None)
+# Per thread: the sessions open on it (innermost last) and its default redactor. A thread-local stack,
+# not a ContextVar: nothing here runs sessions in interleaved asyncio tasks, and contextvars would cost
+# every start an import.
 _LOCAL = _thread_local()  # threading.local itself; the threading module is not needed for it
 
 
+def _sessions() -> list[Redactor]:
+    stack: list[Redactor] | None = getattr(_LOCAL, "sessions", None)
+    if stack is None:
+        stack = _LOCAL.sessions = []
+    return stack
+
+
 def active() -> Redactor:
-    """The redactor of the current ``session``, else this thread's default (PII off)."""
-    r = _SESSION.get()
+    """The redactor of this thread's innermost ``session``, else this thread's default (PII off)."""
+    stack = _sessions()
+    if stack:
+        return stack[-1]
+    r: Redactor | None = getattr(_LOCAL, "redactor", None)
     if r is None:
-        r = getattr(_LOCAL, "redactor", None)
-        if r is None:
-            r = _LOCAL.redactor = Redactor()
+        r = _LOCAL.redactor = Redactor()
     return r
 
 
 @contextlib.contextmanager
 def session(pii: bool = False, redactor: Redactor | None = None) -> Iterator[Redactor]:
-    """Make one redactor (one pseudonym table) serve every ``redact_text``/``redact_obj`` call inside."""
+    """Make one redactor (one pseudonym table) serve every ``redact_text``/``redact_obj`` call inside, on this thread."""
     r = redactor if redactor is not None else Redactor(pii=pii)
-    token = _SESSION.set(r)
+    stack = _sessions()
+    stack.append(r)
     try:
         yield r
     finally:
-        _SESSION.reset(token)
+        stack.pop()
 
 
 def redact_text(text: str) -> str:

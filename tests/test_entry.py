@@ -90,14 +90,14 @@ def test_both_paths_print_the_same(tmp_path: Path) -> None:
 
 def test_a_plain_diagnose_imports_no_click(tmp_path: Path) -> None:
     """Nor what a small log's start does without (issue 15): dataclasses (inspect, ast, dis, tokenize come
-    with it: ~10 ms; oomdoctor.records replaces it), typing (~2 ms; annotations only), ast, zlib, bisect."""
+    with it: ~10 ms; oomdoctor.records replaces it), typing (~2 ms; annotations only), ast, zlib, bisect, math, shlex, contextvars."""
     cmd = [sys.executable, "-X", "importtime", "-m", "oomdoctor", "diagnose", str(SMALL)]
     subprocess.run(cmd, capture_output=True, cwd=tmp_path)  # fills the disk cache (a cold one parses TOML with tomllib)
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 3
     imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
     assert "oomdoctor.diagnosis" in imported
-    assert not {m for m in imported if m.split(".")[0] in ("click", "jinja2", "torch", "pynvml", "tomllib", "tomli", "dataclasses", "inspect", "typing", "ast", "zlib", "bisect")}
+    assert not {m for m in imported if m.split(".")[0] in ("click", "jinja2", "torch", "pynvml", "tomllib", "tomli", "dataclasses", "inspect", "typing", "ast", "zlib", "bisect", "math", "shlex", "contextvars")}
 
 
 def test_the_fast_path_writes_the_report_file_atomically(tmp_path: Path) -> None:

@@ -408,3 +408,26 @@ def test_log_bytes_equals_redacting_every_line() -> None:
 def _split_newlines(data: bytes) -> list[bytes]:
     pieces = data.split(b"\n")
     return [p + b"\n" for p in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
+
+
+def test_sessions_nest_per_thread_and_fall_back_to_the_default() -> None:
+    """The redactor a session opens serves its thread until it closes; another thread keeps its own."""
+    import threading
+
+    default = redact.active()
+    assert not default.pii and redact.active() is default
+    with redact.session(pii=True) as outer:
+        assert redact.active() is outer
+        first = redact_text("from alice@example.org")
+        with redact.session() as inner:
+            assert redact.active() is inner and redact_text("from alice@example.org") == "from alice@example.org"
+        assert redact.active() is outer and redact_text("again alice@example.org") == first.replace("from", "again")
+        seen: list[object] = []
+        worker = threading.Thread(target=lambda: seen.append(redact.active()))
+        worker.start()
+        worker.join()
+        assert seen and seen[0] is not outer and not seen[0].pii  # type: ignore[attr-defined]
+    assert redact.active() is default
+    with pytest.raises(RuntimeError), redact.session(pii=True):
+        raise RuntimeError("the session closes anyway")
+    assert redact.active() is default
