@@ -81,3 +81,22 @@ def test_a_request_bigger_than_the_smallest_gpu_is_not_assumed_to_fit(tmp_path) 
     assert "request_exceeds_card" not in diagnose([str(log)]).facts.values
     log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 416.00 MiB. GPU \n")
     assert diagnose([str(log)]).facts.get("request_exceeds_card") is False
+
+
+def test_the_one_context_search_matches_exactly_where_some_rule_does() -> None:
+    """classify_context skips a line on one combined search; it must match a line iff some rule does."""
+    from conftest import FIXTURES
+
+    tables = phase.tables()
+    assert tables.any_context is not None and len(tables.context) >= 10
+    lines = [rule.example for rule in tables.context if rule.example]
+    lines += [rule.example.upper() for rule in tables.context if rule.example]  # the rules that are case-blind stay so
+    for log in sorted(FIXTURES.glob("*/*.log"))[:200]:
+        lines += log.read_text(errors="replace").splitlines()[:60]
+    matched = 0
+    for line in lines:
+        some_rule = any(rule.pattern.search(line) for rule in tables.context)
+        assert (tables.any_context.search(line) is not None) == some_rule, line
+        matched += some_rule
+    assert matched > 50
+    assert phase._scoped("(?i)warm up") == "(?i:warm up)" and phase._scoped("a(?i:b)") == "a(?i:b)"
