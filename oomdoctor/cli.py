@@ -22,8 +22,9 @@ from oomdoctor.console import warn as _warn
 from oomdoctor.console import write_atomic as _write
 from oomdoctor.diagnose_command import latest_run_quiet as _latest_run_quiet
 from oomdoctor.diagnose_command import refuse_outputs_among_inputs as _refuse_outputs_among_inputs
-from oomdoctor.errors import ExitCode, InputError, OomdoctorError, PlanFit, UsageError
+from oomdoctor.errors import ExitCode, InputError, OomdoctorError, UsageError
 from oomdoctor.exits import exit_code as _exit_code
+from oomdoctor.outcomes import PlanFit
 
 if TYPE_CHECKING:  # the pipeline is imported only by the commands that run it
     from oomdoctor.fleet import Options as FleetOptions

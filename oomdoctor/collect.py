@@ -16,8 +16,9 @@ from pathlib import Path
 from oomdoctor import procinfo
 from oomdoctor.bundle import copy_chunks, plain_name
 from oomdoctor.collected import manifest_header
-from oomdoctor.errors import GpuEvidence, InputError
+from oomdoctor.errors import InputError
 from oomdoctor.nvml import Nvml
+from oomdoctor.outcomes import GpuEvidence
 from oomdoctor.smi import run_nvidia_smi
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True

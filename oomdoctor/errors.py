@@ -1,12 +1,12 @@
-"""Exit codes (contract, DESIGN §4), the typed errors library code raises and the outcomes it returns.
+"""Exit codes (contract, DESIGN §4) and the typed errors library code raises.
 
-Library code never chooses an exit code: it raises one of these errors or returns one of these
-outcomes, and the CLI maps them to ``ExitCode`` in one table (``oomdoctor.cli._exit_code``).
+Library code never chooses an exit code: it raises one of these errors or returns an outcome
+(outcomes.py), and the entry points map them to ``ExitCode`` in one table (``oomdoctor.exits``).
 """
 
 from __future__ import annotations
 
-from enum import Enum, IntEnum
+from enum import IntEnum
 
 
 class ExitCode(IntEnum):
@@ -43,17 +43,3 @@ class UsageError(OomdoctorError):
 
 class GpuNotFound(OomdoctorError):
     """A GPU name that is not in the table (data/gpus.toml); the message lists the known ones."""
-
-
-class GpuEvidence(Enum):
-    """What `collect` could read of the GPUs; the bundle is written either way."""
-
-    AVAILABLE = "available"
-    UNAVAILABLE = "unavailable"
-
-
-class PlanFit(Enum):
-    """Whether `plan` finds the model fits (and the value given with --at is in the window)."""
-
-    FITS = "fits"
-    DOES_NOT_FIT = "does_not_fit"

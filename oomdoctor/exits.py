@@ -7,11 +7,12 @@ click-free path of a plain ``diagnose`` (oomdoctor.entry) can use this table wit
 
 from __future__ import annotations
 
-from oomdoctor.errors import ExitCode, GpuEvidence, GpuNotFound, InputError, OutputError, PlanFit, RuleError, UsageError
+from oomdoctor.errors import ExitCode, GpuNotFound, InputError, OutputError, RuleError, UsageError
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from oomdoctor.diagnosis import Diagnosis
+    from oomdoctor.outcomes import GpuEvidence, PlanFit
 
 # Errors (by class, the nearest in the error's MRO wins) to exit codes; anything else is INTERNAL.
 _ERROR_EXIT_CODES: dict[type[BaseException], ExitCode] = {
@@ -29,11 +30,12 @@ _CLICK_EXIT_CODES: dict[tuple[str, str], ExitCode] = {
     ("click.exceptions", "UsageError"): ExitCode.USAGE,
     ("click.exceptions", "Abort"): ExitCode.INTERRUPTED,
 }
-_OUTCOME_EXIT_CODES: dict[GpuEvidence | PlanFit, ExitCode] = {
-    GpuEvidence.AVAILABLE: ExitCode.NO_OOM,
-    GpuEvidence.UNAVAILABLE: ExitCode.BAD_INPUT,
-    PlanFit.FITS: ExitCode.NO_OOM,
-    PlanFit.DOES_NOT_FIT: ExitCode.OOM_DIAGNOSED,
+# collect's and plan's outcomes (oomdoctor.outcomes), by class and value name: diagnose never imports them.
+_OUTCOME_EXIT_CODES: dict[tuple[str, str], ExitCode] = {
+    ("GpuEvidence", "AVAILABLE"): ExitCode.NO_OOM,
+    ("GpuEvidence", "UNAVAILABLE"): ExitCode.BAD_INPUT,
+    ("PlanFit", "FITS"): ExitCode.NO_OOM,
+    ("PlanFit", "DOES_NOT_FIT"): ExitCode.OOM_DIAGNOSED,
 }
 
 
@@ -47,8 +49,9 @@ def exit_code(outcome: BaseException | GpuEvidence | PlanFit | Diagnosis) -> Exi
             if (c.__module__, c.__name__) in _CLICK_EXIT_CODES:
                 return _CLICK_EXIT_CODES[(c.__module__, c.__name__)]
         return ExitCode.INTERNAL
-    if isinstance(outcome, (GpuEvidence, PlanFit)):
-        return _OUTCOME_EXIT_CODES[outcome]
-    if outcome.inconclusive:
+    if type(outcome).__module__ == "oomdoctor.outcomes":
+        return _OUTCOME_EXIT_CODES[(type(outcome).__name__, outcome.name)]  # type: ignore[union-attr]
+    diagnosis: Diagnosis = outcome  # type: ignore[assignment]  # the only other kind
+    if diagnosis.inconclusive:
         return ExitCode.INCONCLUSIVE
-    return ExitCode.OOM_DIAGNOSED if outcome.oom else ExitCode.NO_OOM
+    return ExitCode.OOM_DIAGNOSED if diagnosis.oom else ExitCode.NO_OOM

@@ -388,6 +388,10 @@ def _public(host: str) -> bool:
     return any(host == d or host.endswith("." + d) for d in PUBLIC_DOMAINS)
 
 
+_MEMO_MAX_LINES = 4096  # a bound on the memo: a log stream's lines are mostly distinct
+_MEMO_MAX_CHARS = 4096
+
+
 class Redactor:
     """Redacts secrets (always) and, with ``pii=True``, e-mails, IPs and host names (consistently).
 
@@ -402,6 +406,9 @@ class Redactor:
         self._hosts: set[str] = set()
         self._hosts_re: re.Pattern[str] | None = None
         self._pem_prefix: str | None = None  # inside a block: the text before BEGIN on its line
+        # Secret redaction is a pure function of the line, and a report repeats its evidence lines
+        # (findings, incidents, derivations): each distinct line is redacted once.
+        self._secrets_memo: dict[str, str] = {}
         for h in hostnames:
             self.add_hostname(h)
 
@@ -495,7 +502,13 @@ class Redactor:
             out = self._pem_continuation(line)
             if out is not None:
                 return self._pseudonymize(out) if self.pii else out
-        text = _redact_secrets(line)
+        text = self._secrets_memo.get(line)
+        if text is None:
+            text = _redact_secrets(line)
+            if len(line) <= _MEMO_MAX_CHARS:
+                if len(self._secrets_memo) >= _MEMO_MAX_LINES:
+                    self._secrets_memo.clear()
+                self._secrets_memo[line] = text
         begin = _PEM_BEGIN.search(text) if "-----BEGIN" in text else None
         if begin is not None:
             # A block that does not end on this line: drop the rest of it, expect key lines next.

@@ -15,7 +15,8 @@ import pytest
 from oomdoctor import allocator, procinfo, smi
 from oomdoctor.cli import _exit_code
 from oomdoctor.collect import collect
-from oomdoctor.errors import GpuEvidence, InputError
+from oomdoctor.errors import InputError
+from oomdoctor.outcomes import GpuEvidence
 
 import fakes
 from conftest import FIXTURES

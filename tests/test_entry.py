@@ -98,6 +98,7 @@ def test_a_plain_diagnose_imports_no_click(tmp_path: Path) -> None:
     imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
     assert "oomdoctor.diagnosis" in imported
     assert not {m for m in imported if m.split(".")[0] in ("click", "jinja2", "torch", "pynvml", "tomllib", "tomli", "dataclasses", "inspect", "typing", "ast", "zlib", "bisect", "math", "shlex", "contextvars")}
+    assert "oomdoctor.outcomes" not in imported  # collect's and plan's enums
 
 
 def test_the_fast_path_writes_the_report_file_atomically(tmp_path: Path) -> None:

@@ -224,8 +224,9 @@ def test_typed_errors_and_outcomes_map_to_documented_exit_codes() -> None:
     import click
 
     from oomdoctor.cli import _exit_code
-    from oomdoctor.errors import GpuEvidence, GpuNotFound, InputError, OomdoctorError, OutputError, PlanFit, RuleError, UsageError
+    from oomdoctor.errors import GpuNotFound, InputError, OomdoctorError, OutputError, RuleError, UsageError
     from oomdoctor.gpus import find_gpu
+    from oomdoctor.outcomes import GpuEvidence, PlanFit
 
     with pytest.raises(GpuNotFound, match="unknown GPU 'Z80'"):
         find_gpu("Z80")
