@@ -69,6 +69,14 @@ def _find_cache_dir() -> str | None:
     return path
 
 
+def interpreter_build() -> bytes:
+    """What names an entry only this interpreter build may read (compiled code, regex opcodes):
+    its full version string (build date and compiler included) and its bytecode cache tag."""
+    import sys
+
+    return f"{sys.version}|{sys.implementation.cache_tag}".encode()
+
+
 def key(*parts: bytes) -> str:
     """An entry name (40 hex digits) for what an entry depends on."""
     try:

@@ -185,12 +185,9 @@ def _init_code() -> Any:
     """The compiled ``__init__`` sources, kept across runs: compiling them is most of a record's class cost."""
     global _init_table
     if _init_table is None:
-        import sys
-
         from oomdoctor import disk_cache
 
-        build = f"{sys.version}|{sys.implementation.cache_tag}".encode()
-        _init_table = disk_cache.Table(b"oomdoctor-record-init-1", build, limit=1024)
+        _init_table = disk_cache.Table(b"oomdoctor-record-init-1", disk_cache.interpreter_build(), limit=1024)
     return _init_table
 
 

@@ -42,7 +42,7 @@ _enabled = sys.implementation.name == "cpython"
 def _build_id() -> bytes:
     import _sre  # already loaded by re: free
 
-    return f"{sys.version}|{sys.implementation.cache_tag}|{_sre.MAGIC}|{_sre.CODESIZE}".encode()
+    return disk_cache.interpreter_build() + f"|{_sre.MAGIC}|{_sre.CODESIZE}".encode()
 
 
 # (pattern, flags) -> the arguments _sre.compile takes after the pattern.

@@ -44,3 +44,15 @@ def run_cli():
         return Result(res.exit_code, res.stdout, res.stderr)
 
     return _run
+
+
+@pytest.fixture
+def disk_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty disk-cache directory (oomdoctor/disk_cache.py), looked up afresh, with no table waiting to be written."""
+    from oomdoctor import disk_cache
+
+    d = tmp_path / "cache"
+    monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", str(d))
+    monkeypatch.setattr(disk_cache, "_cache_dir", False)
+    monkeypatch.setattr(disk_cache, "_pending", [])
+    return d

@@ -20,12 +20,8 @@ SMALL = FIXTURES / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"
 
 
 @pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "cache"
-    monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", str(d))
-    monkeypatch.setattr(disk_cache, "_cache_dir", False)
-    monkeypatch.setattr(disk_cache, "_pending", [])
-    return d
+def cache(disk_cache_dir: Path) -> Path:
+    return disk_cache_dir
 
 
 def test_two_runs_adding_different_keys_both_keep_theirs(cache: Path) -> None:

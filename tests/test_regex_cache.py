@@ -25,13 +25,10 @@ SMALL = FIXTURES / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"
 
 
 @pytest.fixture
-def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def fresh(disk_cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty cache directory and a regex cache that has neither loaded nor compiled anything."""
-    d = tmp_path / "cache"
-    monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", str(d))
-    monkeypatch.setattr(disk_cache, "_cache_dir", False)
     _restart(monkeypatch)
-    return d
+    return disk_cache_dir
 
 
 def _restart(monkeypatch: pytest.MonkeyPatch) -> None:

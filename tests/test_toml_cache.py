@@ -14,11 +14,8 @@ DOC = '[rule]\nid = "x"\nfraction = 0.85\nlimits = [1, 2, 3]\n[rule.docs]\nwhy =
 
 
 @pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "cache"
-    monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", str(d))
-    monkeypatch.setattr(disk_cache, "_cache_dir", False)  # looked up again under this environment
-    return d
+def cache(disk_cache_dir: Path) -> Path:
+    return disk_cache_dir
 
 
 def test_second_load_is_served_from_the_cache(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
