@@ -116,8 +116,12 @@ def test_damaged_or_foreign_entries_change_no_result(fresh: Path) -> None:
     entry = fresh / (regex_cache.TABLE.name + disk_cache.ENTRY_SUFFIX)
     table = marshal.loads(entry.read_bytes())
     # Opcodes that are not valid (what another Python's entry would hold): _sre refuses them, re.compile is used.
-    bad_opcodes = marshal.dumps({key: (args[0], [999999, 1, 2], *args[2:]) for key, args in table.items()})
-    for damage in (bad_opcodes, b"\x00garbage", b"", marshal.dumps(["not", "a", "table"])):
+    assert all(isinstance(args[1], bytes) for args in table.values())  # opcodes kept packed
+    packed_bad = b"".join(c.to_bytes(4, sys.byteorder) for c in (999999, 1, 2))
+    bad_opcodes = marshal.dumps({key: (args[0], packed_bad, *args[2:]) for key, args in table.items()})
+    cut_opcodes = marshal.dumps({key: (args[0], args[1][:-1], *args[2:]) for key, args in table.items()})  # not whole opcodes
+    listed_opcodes = marshal.dumps({key: (args[0], [1, 2, 3], *args[2:]) for key, args in table.items()})  # the old form
+    for damage in (bad_opcodes, cut_opcodes, listed_opcodes, b"\x00garbage", b"", marshal.dumps(["not", "a", "table"])):
         entry.write_bytes(damage)
         status, report = run()
         assert report == expected and status.startswith("True "), damage[:20]
