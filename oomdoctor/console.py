@@ -5,15 +5,14 @@ No click here: the click-free path of a plain ``diagnose`` (oomdoctor.entry) wri
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from collections.abc import Iterator
 
 from oomdoctor.errors import ExitCode, OutputError
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
+    from types import TracebackType
     from typing import NoReturn
 
 # Terminal safety: every C0 and C1 control character but tab and newline (and DEL), from log text or
@@ -53,25 +52,41 @@ def fail(message: str, code: ExitCode) -> NoReturn:
     sys.exit(int(code))
 
 
-@contextlib.contextmanager
-def atomic_target(path: str) -> Iterator[str]:
+# A class, not contextlib.contextmanager: importing contextlib costs ~0.4 ms of a plain diagnose's start.
+class atomic_target:  # used as a function: ``with atomic_target(path) as tmp``
     """A temporary path beside ``path`` to write; renamed over ``path`` (mode as the umask gives) when the block ends
     without an exception, removed when it raises. An interrupted write leaves no partial output."""
-    import tempfile
 
-    from oomdoctor.inputs import OWN_HIDDEN_PREFIX
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.tmp = ""
 
-    directory, name = os.path.split(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f"{OWN_HIDDEN_PREFIX}-{name}.", suffix=".partial", dir=directory)
-    os.close(fd)
-    try:
-        yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    def __enter__(self) -> str:
+        import tempfile
+
+        from oomdoctor.inputs import OWN_HIDDEN_PREFIX
+
+        directory, name = os.path.split(os.path.abspath(self.path))
+        fd, self.tmp = tempfile.mkstemp(prefix=f"{OWN_HIDDEN_PREFIX}-{name}.", suffix=".partial", dir=directory)
+        os.close(fd)
+        return self.tmp
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if exc_type is None:
+            try:
+                os.chmod(self.tmp, 0o666 & ~_umask())
+                os.replace(self.tmp, self.path)
+                return
+            except BaseException:
+                self._discard()
+                raise
+        self._discard()
+
+    def _discard(self) -> None:
+        try:  # noqa: SIM105 - contextlib stays off the start path (~0.4 ms)
+            os.unlink(self.tmp)
+        except OSError:
+            pass
 
 
 def write_atomic(path: str, content: str) -> None:

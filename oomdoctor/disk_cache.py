@@ -24,7 +24,6 @@ pile up in a home directory forever; a pruned entry in use is simply built and s
 
 from __future__ import annotations
 
-import contextlib
 import marshal
 import os
 import time
@@ -99,8 +98,10 @@ def read(name: str) -> Any:
     except (OSError, ValueError, EOFError, TypeError):
         return None
     if age_s > _DAY_S:  # in use: keep it clear of pruning (a day's grain costs one utime a day)
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 - contextlib stays off the start path (~0.4 ms)
             os.utime(path)
+        except OSError:
+            pass
     return data
 
 
@@ -121,8 +122,10 @@ def write(name: str, data: Any) -> bool:
             fh.write(blob)
         os.replace(tmp, path)  # readers see the whole entry or none
     except OSError:
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 - contextlib stays off the start path (~0.4 ms)
             os.unlink(tmp)
+        except OSError:
+            pass
         return False
     prune(directory)
     return True
@@ -213,5 +216,7 @@ def write_back() -> None:
     """Write every table's additions; never raises (a cache can change timings, never the outcome)."""
     while _pending:
         table = _pending.pop()
-        with contextlib.suppress(Exception):
+        try:  # noqa: SIM105 - contextlib stays off the start path (~0.4 ms)
             table.save()
+        except Exception:  # noqa: BLE001 - a cache that cannot be written is no cache, never an error
+            pass

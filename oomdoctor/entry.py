@@ -138,7 +138,6 @@ def _exit_now(code: int) -> None:
     place, the stdin spool removed, inside ``run``), and the disk cache's tables are written back, so nothing but
     module destruction is skipped.
     """
-    import contextlib
     import os
 
     # os._exit skips atexit, where the disk cache's tables write back what this run built afresh.
@@ -148,6 +147,8 @@ def _exit_now(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         if stream is None:  # started with that descriptor closed (cron, daemons)
             continue
-        with contextlib.suppress(BrokenPipeError, ValueError):  # the reader went away (| head): what it wanted was written
+        try:  # noqa: SIM105 - contextlib stays off the start path (~0.4 ms)
             stream.flush()
+        except (BrokenPipeError, ValueError):  # the reader went away (| head): what it wanted was written
+            pass
     os._exit(code)

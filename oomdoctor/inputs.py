@@ -7,7 +7,6 @@ damaged compressed stream yields what was decoded before the damage and is repor
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import stat
@@ -261,8 +260,10 @@ def spool_stdin() -> None:
 
 def release_stdin_spool() -> None:
     while _STDIN_SPOOL:
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 - contextlib stays off the start path (~0.4 ms)
             os.unlink(_STDIN_SPOOL.pop())
+        except OSError:
+            pass
 
 
 def _open_raw(path: str) -> BinaryIO:

@@ -7,7 +7,6 @@ ever evaluated as code. Evaluation is three-valued: a comparison on a fact that 
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Iterable
 
@@ -307,8 +306,10 @@ def load_rules(extra_dirs: Iterable[str] = (), known_advice: Iterable[str] | Non
     )
     cached = disk_cache.read(name)
     if isinstance(cached, list):
-        with contextlib.suppress(TypeError):  # not the shape a Rule takes: validate afresh
+        try:
             return [Rule(*fields) for fields in cached]
+        except TypeError:  # not the shape a Rule takes: validate afresh
+            pass
     rules: list[Rule] = []
     seen: dict[str, str] = {}
     for p in paths:
