@@ -101,7 +101,7 @@ def report(code):
     print(code, " ".join(sorted(sys.modules)), file=sys.stderr, flush=True)
     real_exit(code)
 os._exit = report
-sys.argv = ["oomdoctor", "diagnose", sys.argv[2]]
+sys.argv = ["oomdoctor", "diagnose", *sys.argv[2:]]
 from oomdoctor.entry import console_main
 console_main()
 """
@@ -111,7 +111,7 @@ FORBIDDEN = ("click", "jinja2", "torch", "pynvml", "tomllib", "tomli", "dataclas
 def test_a_plain_diagnose_imports_no_click(tmp_path: Path) -> None:
     """Nor what a small log's start does without (issue 15): dataclasses (inspect, ast, dis, tokenize come
     with it: ~10 ms; oomdoctor.records replaces it), typing (~2 ms; annotations only), ast, zlib, bisect, math, shlex, contextvars,
-    contextlib (~0.4 ms)."""
+    contextlib (~0.4 ms); json with --format json."""
     cmd = [sys.executable, "-c", IMPORTED, ",".join(FORBIDDEN), str(SMALL)]
     subprocess.run(cmd, capture_output=True, cwd=tmp_path)  # fills the disk cache (a cold one parses TOML with tomllib)
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
@@ -120,6 +120,11 @@ def test_a_plain_diagnose_imports_no_click(tmp_path: Path) -> None:
     assert code == "3" and "oomdoctor.diagnosis" in imported
     assert not {m for m in imported if m.split(".")[0] in FORBIDDEN}
     assert "oomdoctor.outcomes" not in imported  # collect's and plan's enums
+    # --format json writes through render.json_text: json's import compiles six patterns (~1.3 ms).
+    r = subprocess.run([*cmd[:3], ",".join((*FORBIDDEN, "json", "_json")), "--format", "json", str(SMALL)], capture_output=True, text=True, cwd=tmp_path)
+    code, loaded = r.stderr.strip().splitlines()[-1].split(" ", 1)
+    assert code == "3" and "oomdoctor.render.json_text" in loaded.split()
+    assert not {m for m in loaded.split() if m.split(".")[0] in (*FORBIDDEN, "json", "_json")}
     # The check sees what it should: a module the path does load, dropped first, shows again.
     r = subprocess.run([sys.executable, "-c", IMPORTED, "re,enum", str(SMALL)], capture_output=True, text=True, cwd=tmp_path)
     assert {"enum", "re"} <= set(r.stderr.strip().splitlines()[-1].split()[1:])

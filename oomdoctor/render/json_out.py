@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
+from oomdoctor.render.json_text import dumps
 
 
 def render(view: dict) -> str:
     """The contract part of the view model (everything but the report's drawing data)."""
     data = {k: v for k, v in view.items() if k != "report"}
-    return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    return dumps(data) + "\n"  # json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False), without importing json
