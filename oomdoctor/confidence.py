@@ -4,7 +4,9 @@ Documented in the README ("How sure it is"). Every move is a named factor in the
 reader sees why a finding is at 0.55 and not at its rule's 0.8:
 
 - the phase came from surrounding log lines only (-0.10) or from nothing (-0.20), for a class
-  that depends on where the failure happened;
+  that depends on where the failure happened; for ``foreign_process``, nothing showing the phase
+  costs the same -0.20 (its fix, freeing the others' memory, is enough only if the process's own
+  need fits the card: one still loading a model may need more than the whole card);
 - the OOM message stops before its last clause (-0.10), for a class computed from its numbers;
 - the serving system is a fallback (from line prefixes or frame paths, not engine lines) (-0.05);
 - the evidence is a fragment (-0.05) or the input stops inside a later record (-0.05);
@@ -30,6 +32,12 @@ PHASE_FACTS = frozenset({"oom_stage", "oom_stage_source", "server_ready", "weigh
 ALLOCATOR_FACTS = frozenset(
     {"requested_bytes", "free_bytes", "reserved_unallocated_bytes", "shortfall_bytes", "foreign_process_bytes", "foreign_process_count", "allocated_bytes", "unaccounted_bytes"}
 )
+
+# Classes whose fix is enough only if the phase allows it. Another process's memory is a fact of the
+# OOM message, but freeing it fixes the server only when the server's own need fits the card: serving,
+# its pools are sized and stable; loading weights, it may still need more than the whole card (a 72B
+# model on one 80 GiB GPU lists other processes too). The message alone does not say which.
+PHASE_DECIDES_SUFFICIENCY = frozenset({"foreign_process"})
 
 PHASE_FROM_CONTEXT = -0.10
 PHASE_FROM_NOTHING = -0.20
@@ -63,8 +71,8 @@ class Evidence:
     observer_only: bool = False  # the OOM is known only from the capture hook's observer record
 
 
-def adjust(base: float, used: set[str], ev: Evidence) -> tuple[float, list[Factor]]:
-    """A finding's confidence from its rule's base and the facts it used."""
+def adjust(base: float, used: set[str], ev: Evidence, klass: str = "") -> tuple[float, list[Factor]]:
+    """A finding's confidence from its rule's base, the facts it used and its class."""
     factors: list[Factor] = []
     engine = bool(used & ENGINE_FACTS)
     if used & PHASE_FACTS and not engine:
@@ -72,6 +80,13 @@ def adjust(base: float, used: set[str], ev: Evidence) -> tuple[float, list[Facto
             factors.append(Factor("the phase comes from surrounding log lines only, not from a traceback", PHASE_FROM_CONTEXT))
         elif ev.phase_source == "none":
             factors.append(Factor("no evidence of the phase (no traceback frames, no startup or serving lines)", PHASE_FROM_NOTHING))
+    elif klass in PHASE_DECIDES_SUFFICIENCY and not engine and ev.phase_source == "none":
+        factors.append(
+            Factor(
+                "no evidence of the phase: whether this process fits once the others are gone is unknown (loading a model, it may need more than the card)",
+                PHASE_FROM_NOTHING,
+            )
+        )
     if used & ALLOCATOR_FACTS and ev.message_complete is False:
         factors.append(Factor("the OOM message stops before its last clause", MESSAGE_CUT))
     if ev.system_fallback and not engine:

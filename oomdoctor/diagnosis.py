@@ -352,7 +352,7 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping
         if not ev.result:
             continue
         used = ev.used | rule.facts_used()
-        value, factors = confidence.adjust(rule.confidence, used, _evidence_of(facts))
+        value, factors = confidence.adjust(rule.confidence, used, _evidence_of(facts), rule.klass)
         if "weights_fit" in used and facts.get("weights_fit_undecided"):
             # The engine says the KV did not fit; which fix (raise the fraction, or shard) is ours to
             # compute, and here it hangs on a per-token KV size the log does not give.
