@@ -41,6 +41,7 @@ def test_engine_config_v1_and_v0() -> None:
         ("Model loading took 14.9888 GiB and 13.204526 seconds", "weights_bytes", g(14.9888)),
         ("Model loading took 14.9888 GiB memory and 13.204526 seconds", "weights_bytes", g(14.9888)),
         ("Loading model weights took 14.99 GB", "weights_bytes", g(14.99)),
+        ("Model loading took 0.2389 GB and 0.977005 seconds", "weights_bytes", g(0.2389)),  # V0 0.6-0.8, early V1
         ("Available KV cache memory: -3.68 GiB", "kv_bytes", g(-3.68)),
         ("GPU KV cache size: 448,016 tokens", "kv_tokens", 448016),
         ("Maximum concurrency for 32,768 tokens per request: 13.67x", "concurrency", 13.67),
@@ -105,6 +106,7 @@ def test_every_pattern_names_every_group_with_a_unit() -> None:
     [
         ("Model loading took 14.9888 GiB and 13.2 seconds", {"weights_bytes": g(14.9888), "era": "V1"}),
         ("Loading model weights took 14.99 GB", {"weights_bytes": g(14.99), "era": "V0"}),
+        ("Model loading took 14.9888 GB and 13.204526 seconds", {"weights_bytes": g(14.9888)}),  # printed by both eras
         (
             "AssertionError: Error in memory profiling. Initial free memory 70.5 GiB, current free memory 71.25 GiB. This happens when",
             {"initial_free_bytes": g(70.5), "current_free_bytes": g(71.25)},

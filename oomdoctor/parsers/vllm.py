@@ -122,6 +122,13 @@ def _one_request(v: dict[str, Any]) -> dict[str, Any]:
     return {"estimated_max_len": v["cut_estimated_max_len"]}
 
 
+def _weights(v: dict[str, Any]) -> dict[str, Any]:
+    for key, era in (("v1_weights_bytes", "V1"), ("v0_weights_bytes", "V0"), ("either_weights_bytes", None)):
+        if v[key] is not None:
+            return {"weights_bytes": v[key], "era": era} if era else {"weights_bytes": v[key]}
+    return {}
+
+
 # (kind, pattern, shape): the first pattern found in a line makes its event. Values are ``typed(match)``
 # (each group's name says its unit and output key, see captures.py), passed through ``shape`` when the
 # kind needs more than that: ``present`` drops the keys of optional clauses the line lacks.
@@ -134,11 +141,14 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     ),
     (
         KIND_WEIGHTS,
-        named('took', rf"(?:Model loading took (?P<v1_weights_gib>{_F}) ?GiB|Loading model weights took (?P<v0_weights_gib>{_F}) ?GB)"),
-        lambda v: {
-            "weights_bytes": v["v1_weights_bytes"] if v["v1_weights_bytes"] is not None else v["v0_weights_bytes"],
-            "era": "V1" if v["v1_weights_bytes"] is not None else "V0",
-        },
+        # "Model loading took X GB and Y seconds" (bytes / 2^30, so GiB) is what V0's model runner printed
+        # from ~0.6 to 0.8 and V1's gpu_model_runner printed at first; later V1 prints GiB. The GB form
+        # names no era.
+        named(
+            'took',
+            rf"(?:Model loading took (?:(?P<v1_weights_gib>{_F}) ?GiB|(?P<either_weights_gib>{_F}) ?GB)|Loading model weights took (?P<v0_weights_gib>{_F}) ?GB)",
+        ),
+        _weights,
     ),
     (
         KIND_PROFILE_TOTAL,
