@@ -307,3 +307,113 @@ def test_the_exception_line_alone_is_an_oom_with_its_message_missing() -> None:
     assert [e for e in feed(["INFO retrying after a torch.OutOfMemoryError: batch halved"]) if e.kind == KIND_OOM] == []
     # The class name quoted bare (inline code in a bug report's prose) is a statement, not the exception line.
     assert [e for e in feed(["torch.OutOfMemoryError"]) if e.kind == KIND_OOM] == []
+
+
+# --- formats found by reading the allocators' and checks' source across versions and forks -----------------
+
+
+def test_cached_era_counts_cached_as_what_is_held_beyond_allocated() -> None:
+    # PyTorch <= 1.3: format_size(amount_cached - amount_allocated) " cached)" (PR 13751 calls it memory
+    # held by the allocator but not used); issue 18853's paste.
+    v = parse_oom_message(
+        "CUDA out of memory. Tried to allocate 1024.00 MiB (GPU 0; 15.90 GiB total capacity; 14.25 GiB already allocated; 991.56 MiB free; 607.00 KiB cached)"
+    )
+    assert (v["era"], v["allocated_bytes"], v["reserved_unallocated_bytes"]) == (0, round(14.25 * GIB), 607 * 1024)
+    assert v["reserved_bytes"] == round(14.25 * GIB) + 607 * 1024
+    big = parse_oom_message("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 10.92 GiB total capacity; 4.01 GiB already allocated; 356.00 MiB free; 5.54 GiB cached)")
+    assert big["reserved_unallocated_bytes"] == round(5.54 * GIB)  # not 5.54 - 4.01
+    # The later wording is the total: unallocated = reserved - allocated, as before.
+    later = parse_oom_message(
+        "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 10.92 GiB total capacity; 4.01 GiB already allocated; 356.00 MiB free; 5.54 GiB reserved in total by PyTorch)"
+    )
+    assert (later["reserved_bytes"], later["reserved_unallocated_bytes"]) == (round(5.54 * GIB), round(5.54 * GIB) - round(4.01 * GIB))
+
+
+@pytest.mark.parametrize("device_char", ["\x01", "\x03", ""])
+def test_torch_2_3_device_printed_as_a_character(device_char: str) -> None:
+    # PyTorch 2.3 printed the int8 device index as a char (fixed by PR 123984); a paste may drop it.
+    v = parse_oom_message(
+        f"CUDA out of memory. Tried to allocate 20.00 MiB. GPU {device_char} has a total capacity of 79.15 GiB of which 3.62 MiB is free. "
+        "Process 1234 has 79.13 GiB memory in use. Of the allocated memory 77.20 GiB is allocated by PyTorch, and 1.02 GiB is reserved by PyTorch but unallocated."
+    )
+    assert (v["era"], v["capacity_bytes"], v["free_bytes"]) == (2, round(79.15 * GIB), round(3.62 * MIB))
+    assert "device" not in v  # which one is not known
+
+
+def test_a_request_larger_than_any_card_is_kept() -> None:
+    v = parse_oom_message(
+        "CUDA out of memory. Tried to allocate 130206.04 GiB. GPU 0 has a total capacity of 23.56 GiB of which 16.57 GiB is free. "
+        "Of the allocated memory 5.41 GiB is allocated by PyTorch, and 476.00 MiB is reserved by PyTorch but unallocated."
+    )
+    assert v["requested_bytes"] == round(130206.04 * GIB) and "implausible" not in v
+    # 16 EiB is NVML's sentinel read as a size, and requests from 1 EiB up are worded "more than 1EB".
+    sentinel = parse_oom_message("CUDA out of memory. Tried to allocate 17179869184.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.00 GiB is free.")
+    assert "requested_bytes" not in sentinel and sentinel["implausible"] == ("17179869184.00 GiB",)
+
+
+def test_fork_allocators_device_words_and_missing_free_clauses() -> None:
+    # Intel's first in-tree XPU allocator: no "of which ... is free" (intel-extension-for-pytorch#846).
+    xpu = parse_oom_message(
+        "XPU out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total capacity of 15.11 GiB. Of the allocated memory 0 bytes is allocated by PyTorch, "
+        "and 0 bytes is reserved by PyTorch but unallocated. Please use `empty_cache` to release all unoccupied cached memory."
+    )
+    assert (xpu["backend"], xpu["device"], xpu["capacity_bytes"], xpu["requested_bytes"]) == ("XPU", 0, round(15.11 * GIB), 8 * GIB)
+    assert "free_bytes" not in xpu
+    # IPEX's era-0 form without "free" (intel-extension-for-pytorch#629).
+    ipex = parse_oom_message("XPU out of memory. Tried to allocate 1.71 GiB (GPU 0; 15.56 GiB total capacity; 176.00 MiB already allocated; 176.00 MiB reserved in total by PyTorch)")
+    assert (ipex["backend"], ipex["capacity_bytes"], ipex["allocated_bytes"], ipex["reserved_unallocated_bytes"]) == ("XPU", round(15.56 * GIB), 176 * MIB, 0)
+    # Cambricon MLU, both forms (torch_mlu caching_allocator.cpp; its era-2 form has no blank before "is free").
+    mlu0 = parse_oom_message(
+        "MLU out of memory. Tried to allocate 500.00 GiB (MLU 0; 47.98 GiB total capacity; 4.00 KiB already allocated; 47.41 GiB free; 2.00 MiB reserved in total by PyTorch)"
+    )
+    assert (mlu0["backend"], mlu0["capacity_bytes"], mlu0["free_bytes"], mlu0["requested_bytes"]) == ("MLU", round(47.98 * GIB), round(47.41 * GIB), 500 * GIB)
+    mlu2 = parse_oom_message("MLU out of memory. Tried to allocate 500.00 GiB. MLU 0 has a total capacity of 47.98 GiB of which 47.41 GiBis free. Of the allocated memory 4.00 KiB")
+    assert (mlu2["era"], mlu2["device"], mlu2["free_bytes"]) == (2, 0, round(47.41 * GIB))
+
+
+def test_fork_exceptions_and_backends_are_named() -> None:
+    [musa] = feed(
+        [
+            "torch.musa.OutOfMemoryError: MUSA out of memory. Tried to allocate 2.00 GiB (GPU 0; 47.98 GiB total capacity; 40.00 GiB already allocated; "
+            "1.00 GiB free; 45.00 GiB reserved in total by PyTorch)"
+        ]
+    )
+    assert (musa.get("backend"), musa.get("exception"), musa.get("free_bytes")) == ("MUSA", "torch.musa.OutOfMemoryError", GIB)
+    [mps] = feed(
+        [
+            "RuntimeError: MPS backend out of memory (MPS allocated: 8.00 GB, other allocations: 1.20 MB, max allowed: 9.07 GB). Tried to allocate 1024.00 MB on "
+            "private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations (may cause system failure)."
+        ]
+    )
+    assert (mps.kind, mps.get("backend"), mps.get("requested_bytes"), mps.get("complete")) == (KIND_OOM, "MPS", GIB, True)
+
+
+@pytest.mark.parametrize(
+    "text, source",
+    [
+        ("RuntimeError: CUDA driver error: out of memory", "cuda_driver"),
+        ("RuntimeError: HIP error: out of memory", "hip_runtime"),
+        ("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCTensorRandom.cu:25", "thc"),
+        ("THCudaCheck FAIL file=/pytorch/aten/src/THC/THCCachingHostAllocator.cpp line=278 error=2 : out of memory", "thc"),
+        ("include/alloc.h:125 NCCL WARN Cuda failure 2 'out of memory'", "nccl"),
+        ("include/alloc.h:103 NCCL WARN Cuda failure 'out of memory'", "nccl"),
+        ("RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED", "cudnn"),
+        ("RuntimeError: cuFFT error: CUFFT_ALLOC_FAILED", "cufft"),
+    ],
+)
+def test_driver_and_library_allocation_failures(text: str, source: str) -> None:
+    [e] = feed([text])
+    assert (e.kind, e.get("source")) == (KIND_DRIVER_OOM, source)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "RuntimeError: CUDA driver error: invalid argument",
+        "RuntimeError: HIP error: invalid device function",
+        "NCCL WARN Cuda failure 1 'invalid argument'",
+        "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED",
+    ],
+)
+def test_the_same_checks_for_other_errors_are_no_oom(text: str) -> None:
+    assert [e for e in feed([text]) if e.kind in (KIND_OOM, KIND_DRIVER_OOM)] == []

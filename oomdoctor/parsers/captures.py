@@ -11,6 +11,10 @@ suffix     the group holds                                  value               
 ``_mib``   a number in MiB                                  ``int`` bytes                ``<key>_bytes``
 ``_size``  a number with its unit ("2.00 GiB", "512 bytes", ``int`` bytes, or None when  ``<key>_bytes``
            "1.5GiB"); blanks inside are ignored             unreadable or implausible
+``_ask``   a requested size with its unit (as ``_size``,    ``int`` bytes, or None when  ``<key>_bytes``
+           but a request may exceed any GPU: only sizes     unreadable or >= 1 EiB
+           the allocator itself words otherwise are
+           implausible)
 ``_bytes`` a number of bytes                                ``int``                      ``<key>_bytes``
 ``_n``     an integer count, thousands separators allowed   ``int``                      ``<key>``
 ``_f``     a plain number (fraction, ratio, seconds)        ``float``                    ``<key>``
@@ -61,6 +65,20 @@ def _size(text: str) -> Any:
     return value if is_plausible_device_bytes(value) else _IMPLAUSIBLE
 
 
+# PyTorch's allocators word a request of 1 EiB or more as "Tried to allocate more than 1EB memory", so a
+# printed request size is below it; a request larger than any card (a shape bug asking for 127 TiB) is
+# real, and it is the diagnosis.
+MAX_PRINTED_REQUEST_BYTES = 1 << 60
+
+
+def _asked(text: str) -> Any:
+    try:
+        value = parse_size_bytes(text.replace(" ", ""))
+    except UnitError:
+        return None
+    return value if 0 <= value < MAX_PRINTED_REQUEST_BYTES else _IMPLAUSIBLE
+
+
 def _count(text: str) -> int:
     return int(text.replace(",", ""))
 
@@ -70,6 +88,7 @@ SUFFIXES: dict[str, tuple[str, _Converter]] = {
     "_gib": ("_bytes", lambda t: gib_to_bytes(float(t))),
     "_mib": ("_bytes", lambda t: mib_to_bytes(float(t))),
     "_size": ("_bytes", _size),
+    "_ask": ("_bytes", _asked),
     "_bytes": ("_bytes", _count),
     "_n": ("", _count),
     "_f": ("", float),

@@ -53,26 +53,33 @@ _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
 
 # --- the allocator message -------------------------------------------------------------------
 _OOM_START_RE = named(None,
-    r"(?P<backend_str>CUDA|HIP|NPU|XPU|MLU)\s*out\s*of\s*memory\b|(?<![A-Za-z])Out\s*of\s*memory\.\s*Tried\s*to\s*allocate"
+    # Device words of the allocator forks: ROCm (HIP), Ascend (NPU), Intel (XPU; DPCPP in old IPEX), Cambricon
+    # (MLU), Moore Threads (MUSA), Apple ("MPS backend out of memory").
+    r"(?P<backend_str>CUDA|HIP|NPU|XPU|MLU|MUSA|DPCPP|MPS)\s*(?:backend\s*)?out\s*of\s*memory\b|(?<![A-Za-z])Out\s*of\s*memory\.\s*Tried\s*to\s*allocate"
     # The allocator body without its header (a re-wrapped or cut paste): a byte size, then the device clause.
     # SGLang's token pool says "Try to allocate N tokens" and never matches.
-    r"|(?<![A-Za-z])Tried\s*to\s*allocate\s*\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)\s*[.(]?\s*\(?\s*(?:GPU|NPU|XPU|device)\s*\d+\s*(?:has|;)"
+    r"|(?<![A-Za-z])Tried\s*to\s*allocate\s*\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)\s*[.(]?\s*\(?\s*(?:GPU|NPU|XPU|MLU|device)\s*\d+\s*(?:has|;)"
 )
 _OOM_COMPLETE_RE = lazy(None,
     r"reserved\s*by\s*PyTorch\s*but\s*unallocated|reserved\s*in\s*total\s*by\s*PyTorch\s*\)|\bcached\s*\)"
-    r"|See\s*documentation|PYTORCH_(?:CUDA_)?ALLOC_CONF"
+    r"|See\s*documentation|PYTORCH_(?:CUDA_)?ALLOC_CONF|PYTORCH_MPS_HIGH_WATERMARK_RATIO"
 )
 # Group names say unit and output key (captures.py): a *_size group is "2.00 GiB" read as capacity_bytes.
-_REQUESTED_RE = named("allocate", rf"Tried\s*to\s*allocate\s*(?P<requested_size>{_SIZE})")
-# Era 2 spells "capacity"; era 1 printed "capacty".
-_ERA2_RE = named("free",
-    rf"(?:GPU|NPU|XPU|device)\s*(?P<device_n>\d+)\s*has\s*a\s*total\s*capac(?P<era2_flag>i)?ty\s*of\s*(?P<capacity_size>{_SIZE})"
-    rf"\s*of\s*which\s*(?P<free_size>{_SIZE})\s*is\s*free"
+# A request is read as a request (``_ask``): one larger than any card is the diagnosis, not a misprint.
+_REQUESTED_RE = named("allocate", rf"Tried\s*to\s*allocate\s*(?P<requested_ask>{_SIZE})")
+# Era 2 spells "capacity"; era 1 printed "capacty". PyTorch 2.3 printed the device index as a character
+# (PR 123984): a control character, or nothing once pasted, stands where the number was. Intel's first
+# in-tree XPU allocator printed no "of which ... is free".
+_ERA2_RE = named("total",
+    rf"(?:GPU|NPU|XPU|MLU|device)\s*(?P<device_n>\d+)?[\x00-\x1f]?\s*has\s*a\s*total\s*capac(?P<era2_flag>i)?ty\s*of\s*(?P<capacity_size>{_SIZE})"
+    rf"(?:\s*of\s*which\s*(?P<free_size>{_SIZE})\s*is\s*free)?"
 )
-_ERA0_RE = named("free",
-    rf"\(\s*(?:GPU|NPU|XPU)\s*(?P<device_n>\d+)\s*;\s*(?P<capacity_size>{_SIZE})\s*total\s*capac(?:i)?ty\s*;\s*"
-    rf"(?:(?P<allocated_size>{_SIZE})\s*already\s*allocated\s*;\s*)?(?:{_SIZE}\s*current\s*active\s*;\s*)?(?P<free_size>{_SIZE})\s*free\s*;\s*"
-    rf"(?:(?P<allowed_size>{_SIZE})\s*allowed\s*;\s*)?(?P<reserved_size>{_SIZE})\s*(?:reserved\s*in\s*total\s*by\s*PyTorch|cached)"
+# Intel's extension (IPEX) printed the era-0 form without "free". Before "reserved in total by PyTorch"
+# (PyTorch <= 1.3, and old torch_npu) the last figure was "cached": reserved minus allocated, not the total.
+_ERA0_RE = named("total",
+    rf"\(\s*(?:GPU|NPU|XPU|MLU)\s*(?P<device_n>\d+)\s*;\s*(?P<capacity_size>{_SIZE})\s*total\s*capac(?:i)?ty\s*;\s*"
+    rf"(?:(?P<allocated_size>{_SIZE})\s*already\s*allocated\s*;\s*)?(?:{_SIZE}\s*current\s*active\s*;\s*)?(?:(?P<free_size>{_SIZE})\s*free\s*;\s*)?"
+    rf"(?:(?P<allowed_size>{_SIZE})\s*allowed\s*;\s*)?(?P<reserved_size>{_SIZE})\s*(?:reserved\s*in\s*total\s*by\s*PyTorch|(?P<cached_flag>cached))"
 )
 # "Process has X" without a PID (a redacted or cut paste) is a process of unknown identity, not this one.
 _PROCESS_RE = named("memory", rf"(?:Process\s*(?P<pid_n>\d+)|(?P<this_flag>this\s*process)|Process)\s*has\s*(?P<used_size>{_SIZE})\s*memory\s*in\s*use")
@@ -99,7 +106,18 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     # TurboMind (lmdeploy): "[TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/memory_utils.cu:32".
     ("cuda_runtime_error", lazy("CUDA runtime error", r"CUDA runtime error:? out of memory")),
     ("cublas", lazy("CUBLAS_STATUS", r"CUBLAS_STATUS_ALLOC_FAILED|CUBLAS_STATUS_NOT_INITIALIZED")),
-    ("nccl", lazy(("Cuda failure", "Failed to CUDA calloc"), r"Cuda failure '?out of memory'?|Failed to CUDA calloc")),
+    # NCCL's CUDACHECK prints "Cuda failure 'out of memory'", its driver-API CUCHECK "Cuda failure 2 'out of memory'".
+    ("nccl", lazy(("Cuda failure", "Failed to CUDA calloc"), r"Cuda failure (?:\d+ )?'?out of memory'?|Failed to CUDA calloc")),
+    # PyTorch's driver-API check (cuMem* under expandable_segments, symmetric memory): "CUDA driver error: out of memory".
+    ("cuda_driver", lazy("CUDA driver error", r"CUDA driver error: out of memory")),
+    # The same runtime check on a ROCm build: "HIP error: out of memory".
+    ("hip_runtime", lazy("HIP error", r"HIP error: out of memory")),
+    # PyTorch <= ~1.10's THC: "cuda runtime error (2) : out of memory at .../THCTensorRandom.cu:25",
+    # "THCudaCheck FAIL file=... line=... error=2 : out of memory".
+    ("thc", lazy(("cuda runtime error", "THCudaCheck"), r"cuda runtime error \(2\) : out of memory|THCudaCheck FAIL .*: out of memory")),
+    # cuDNN's and cuFFT's workspace and plan allocations: "cuDNN error: CUDNN_STATUS_ALLOC_FAILED".
+    ("cudnn", lazy("CUDNN_STATUS_ALLOC_FAILED", r"CUDNN_STATUS_ALLOC_FAILED")),
+    ("cufft", lazy("CUFFT_ALLOC_FAILED", r"CUFFT_ALLOC_FAILED")),
     ("cumem_allocator", lazy("CUDA Error", r"CUDA Error: out of memory at")),
     ("hip", lazy("hipErrorOutOfMemory", r"hipErrorOutOfMemory")),
     ("cusolver", lazy(None, r"cusolver_status_alloc_failed", re.I)),
@@ -205,18 +223,23 @@ def parse_oom_message(text: str) -> dict:
     elif era0:
         v = sizes(era0, _ERA0_IMPLAUSIBLE_ORDER)
         values["era"] = 0
-        values["device"] = v["device"]
-        values["capacity_bytes"] = v["capacity_bytes"]
-        values["free_bytes"] = v["free_bytes"]
-        allocated, reserved = v["allocated_bytes"], v["reserved_bytes"]
+        values["device"] = v.get("device")
+        values["capacity_bytes"] = v.get("capacity_bytes")
+        values["free_bytes"] = v.get("free_bytes")
+        allocated, reserved = v.get("allocated_bytes"), v.get("reserved_bytes")
         if allocated is not None:
             values["allocated_bytes"] = allocated
-        if reserved is not None:
+        if reserved is not None and v.get("cached"):
+            # "X cached" is what the allocator holds beyond what is allocated.
+            values["reserved_unallocated_bytes"] = reserved
+            if allocated is not None:
+                values["reserved_bytes"] = allocated + reserved
+        elif reserved is not None:
             values["reserved_bytes"] = reserved
             if allocated is not None:
                 values["reserved_unallocated_bytes"] = max(reserved - allocated, 0)
         if era0.group("allowed_size"):
-            values["allowed_bytes"] = v["allowed_bytes"]  # None when implausible: then no other "allowed" is read
+            values["allowed_bytes"] = v.get("allowed_bytes")  # None when implausible: then no other "allowed" is read
     processes: list[ProcessUsage] = []
     for pm in _PROCESS_RE.finditer(text):
         p = sizes(pm)
