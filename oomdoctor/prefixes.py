@@ -92,13 +92,13 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "sglang",
         regex_cache.compile(
-            r"^\[(?P<ts>(?:\d{4}-)?(?:\d{2}-\d{2} )?\d{2}:\d{2}:\d{2})"
+            r"^\[(?P<ts>(?:\d{4}-)?(?:\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)"  # .123: SGLANG_LOG_MS=1
             r"(?P<tags>(?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP|CP)\d+)*)[^\]]{0,20}\] ?"
             r"(?:(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) [\w./-]+\.py:\d+: )?"
         ),
     ),
-    # SGLang 2024: "[gpu=0] Load weight begin. ..."
-    ("sglang_gpu", regex_cache.compile(r"^\[gpu=(?P<gpu>\d+)\] ")),
+    # SGLang 2024: "[gpu=0] Load weight begin. ..." (0.2.7-0.2.14), "[gpu_id=0] ..." (0.1.18-0.2.5).
+    ("sglang_gpu", regex_cache.compile(r"^\[gpu(?:_id)?=(?P<gpu>\d+)\] ")),
     # vLLM process tag: "(EngineCore_DP0 pid=1531) ", "(RayWorkerWrapper pid=1699, ip=10.0.0.1) ".
     ("vllm_proc", regex_cache.compile(r"^\((?P<name>[A-Za-z][\w]*)(?P<attrs>(?: [\w]+=[^\s,)]+,?)+)\) ")),
     # vLLM logger: "INFO 08-19 07:51:03 [core.py:396] ", oldest "INFO 08-19 07:51:03 worker.py:10] ".

@@ -15,6 +15,8 @@ from oomdoctor.prefixes import split_prefix, strip_ansi
         ("[2026-05-05 04:41:51 DP2 PP0 ATTN_CP1 MOE_DP0 TP2 EP2] x", "x", "DP2 PP0 ATTN_CP1 MOE_DP0 TP2 EP2"),
         ("[2025-10-30 08:58:23 PP3] x", "x", "PP3"),
         ("[10:12:03 TP0] x", "x", "TP0"),
+        ("[2025-12-03 10:00:00.123 TP0] x", "x", "TP0"),  # SGLANG_LOG_MS=1 (0.5.6+)
+        ("[gpu_id=1] Load weight begin. avail mem=70.00 GB", "Load weight begin. avail mem=70.00 GB", "gpu1"),  # 0.1.18-0.2.5
         ("[03-02 10:00:41] x", "x", None),
         ("[2026-05-15 09:09:21] INFO server_args.py:1217: Setting swa", "Setting swa", None),
         ("sglang-1  | [2026-02-11 07:12:40 TP1] x", "x", "sglang-1/TP1"),

@@ -157,3 +157,105 @@ def test_every_pattern_names_every_group_with_a_unit() -> None:
 def test_whole_values_of_shaped_kinds(text: str, kind: str, values: dict) -> None:
     e = one(text)
     assert (e.kind, e.values) == (kind, values)
+
+
+# --- forms found by reading every sampled release's logger and raise calls (0.1.3 to 0.5.23) -------------
+
+
+@pytest.mark.parametrize(
+    "text, role, usage, avail",
+    [
+        # 0.4.4-0.4.6 printed avail mem first (a 2025-03-08 TP=4 log).
+        ("Capture cuda graph end. Time elapsed: 7.23 s. avail mem=0.53 GB. mem usage=0.93 GB.", None, 0.93, 0.53),
+        ("Capture draft cuda graph end. Time elapsed: 3.10 s. avail mem=12.40 GB. mem usage=1.20 GB.", None, 1.20, 12.40),
+        ("Capture draft cuda graph end. Time elapsed: 3.10 s. avail mem=12.40 GB", None, None, 12.40),  # 0.4.4 draft: no usage
+        ("Capture cuda graph end. Time elapsed: 7.23 s. mem usage=0.93 GB. avail mem=0.53 GB.", None, 0.93, 0.53),
+        # 2026 platform words.
+        ("Capture target decode NPU graph end. elapsed=8.04 s, mem usage=0.80 GB, avail mem=29.20 GB.", "target", 0.80, 29.20),
+        ("Capture target decode XPU graph end. elapsed=8.04 s, mem usage=0.80 GB, avail mem=29.20 GB.", "target", 0.80, 29.20),
+    ],
+)
+def test_graph_end_figures_in_either_order(text: str, role: str | None, usage: float | None, avail: float) -> None:
+    e = one(text)
+    assert (e.kind, e.get("role"), e.get("mem_usage_bytes"), e.get("avail_bytes")) == (sg.KIND_GRAPH_END, role, None if usage is None else g(usage), g(avail))
+
+
+def test_graph_begin_forms_of_2026() -> None:
+    e = one("Capture draft extend cuda graph begin (step 2). This can take up to several minutes. avail mem=40.10 GB")
+    assert (e.kind, e.get("role"), e.get("phase"), e.get("avail_bytes")) == (sg.KIND_GRAPH_BEGIN, "draft", "extend", g(40.10))
+    cpu = one("Capture cpu graph begin. This can take up to several minutes. avail mem=100.00 GB")
+    assert (cpu.kind, cpu.get("avail_bytes")) == (sg.KIND_GRAPH_BEGIN, g(100.0))
+
+
+@pytest.mark.parametrize(
+    "text, bs, avail",
+    [
+        ("Capturing batches (bs=160 avail_mem=5.64 GB): 100%|##########| 23/23", 160, 5.64),
+        ("Capturing batches (avail_mem=5.64 GB): 100%|##########| 23/23 [00:06<00:00,  3.6it/s]", None, 5.64),  # 0.4.5-0.4.8
+        ("Capturing num tokens (num_tokens=8192 avail_mem=31.02 GB):  40%|####      | 20/50", 8192, 31.02),  # piecewise, 0.5.4-0.5.20
+        ("Capturing prefill shape (num_tokens=4096 avail_mem=30.50 GB):   5%|5         | 1/20", 4096, 30.50),  # 0.5.21+
+    ],
+)
+def test_capture_progress_bars(text: str, bs: int | None, avail: float) -> None:
+    e = one(text)
+    assert (e.kind, e.get("bs"), e.get("avail_bytes")) == (sg.KIND_GRAPH_BAR, bs, g(avail))
+
+
+def test_prefill_graph_capture_failure_is_a_capture_failure() -> None:
+    e = one("Exception: Capture prefill CUDA graph failed: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.00 GiB is free.")
+    assert (e.kind, e.get("is_oom")) == (sg.KIND_CAPTURE_FAILED, True)
+
+
+def test_summary_lines_of_2024() -> None:
+    router = one("Rank 0: max_total_num_token=277804, max_prefill_num_token=46300, context_len=4096, ")  # 0.1.3-0.1.16
+    assert (router.kind, router.get("max_total_num_tokens"), router.get("max_prefill_tokens"), router.get("context_len")) == (sg.KIND_SUMMARY, 277804, 46300, 4096)
+    assert "max_running_requests" not in router.values
+    tp_worker = one("[gpu_id=0] max_total_num_tokens=277804, max_prefill_tokens=16384, context_len=4096")  # 0.1.18-0.1.22
+    assert (tp_worker.kind, tp_worker.get("max_total_num_tokens"), tp_worker.get("max_prefill_tokens")) == (sg.KIND_SUMMARY, 277804, 16384)
+
+
+@pytest.mark.parametrize(
+    "text, kind, values",
+    [
+        ("RuntimeError: Not enought memory. Please try to increase --mem-fraction-static.", sg.KIND_NOT_ENOUGH, {}),  # 0.1.6-0.1.16
+        ("Prefill out of memory. This should nerver happen.", sg.KIND_KV_ALLOC_FAIL, {"which": "prefill"}),  # 0.1.6-0.1.14
+        ("Avaliable tokens: 4000", sg.KIND_KV_ALLOC_DETAIL, {"available_tokens": 4000}),  # 0.3.5-0.4.6
+        ("RuntimeError: Out of memory. Please set a smaller number for `--max-running-requests`.", sg.KIND_REQ_SLOTS_FAIL, {}),  # 0.1.22-0.4.3
+        (
+            "RuntimeError: SWA pool cap (65536 tokens, 12.50 GiB) leaves no room for the full KV pool within the available 10.25 GiB. Reduce "
+            "--max-running-requests, lower SGLANG_SWA_EVICTION_INTERVAL, or increase --mem-fraction-static.",
+            sg.KIND_NOT_ENOUGH,
+            {"swa_fixed_bytes": g(12.50), "available_bytes": g(10.25), "swa_too_small": False, "source": "swa_pool"},
+        ),
+        (
+            "RuntimeError: SWA pool (2048 tokens) cannot hold even one request: the prefill admission floor is sliding_window_size (4096) + page_size (64). "
+            "Increase --swa-full-tokens-ratio or the total KV budget.",
+            sg.KIND_NOT_ENOUGH,
+            {"swa_too_small": True, "source": "swa_pool"},
+        ),
+    ],
+)
+def test_old_spellings_and_2026_pool_errors(text: str, kind: str, values: dict) -> None:
+    e = one(text)
+    assert e.kind == kind and e.values == values
+
+
+def test_unbalanced_numbers_renamed_in_2026() -> None:
+    e = one(
+        "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. pre_model_load_memory=61.12, local_gpu_memory=75.03, "
+        "local_gpu_memory * 0.9=67.527"
+    )
+    assert (e.kind, e.get("min_free_bytes"), e.get("local_free_bytes")) == (sg.KIND_UNBALANCED, g(61.12), g(75.03))
+
+
+def test_server_args_printed_as_a_dict_since_0_5_19() -> None:
+    e = one(
+        "server_args={'model_path': '/models/x', 'tp_size': 8, 'mem_fraction_static': 0.83, 'chunked_prefill_size': 8192, 'kv_cache_dtype': 'fp8_e4m3', "
+        "'context_length': 262144, 'disable_cuda_graph': False, 'cuda_graph_config': {'max_bs': 256}}"
+    )
+    assert e.kind == sg.KIND_SERVER_ARGS
+    assert (e.get("model_path"), e.get("tp_size"), e.get("mem_fraction_static"), e.get("chunked_prefill_size")) == ("/models/x", 8, 0.83, 8192)
+    assert (e.get("kv_cache_dtype"), e.get("context_length"), e.get("disable_cuda_graph"), e.get("_has_cuda_graph_max_bs_decode")) == ("fp8_e4m3", 262144, False, True)
+    # Hard-wrapped: continued until the braces balance.
+    wrapped = parse(["server_args={'model_path': '/models/x', 'tp_size': 4,", " 'mem_fraction_static': 0.7}"])
+    assert len(wrapped) == 1 and (wrapped[0].get("tp_size"), wrapped[0].get("mem_fraction_static")) == (4, 0.7)

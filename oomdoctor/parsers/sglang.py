@@ -58,9 +58,13 @@ ANCHORS: tuple[bytes, ...] = (
     b"avail_mem=",
     b"memory capacity is unbalanced",
     b"Cache is allocated",
-    b"max_total_num_tokens=",
+    b"max_total_num_token",  # "max_total_num_tokens=", and the router era's "max_total_num_token="
     b"fired up",
     b"Not enough memory",
+    b"Not enought memory",  # 0.1.6-0.1.16 printed the typo
+    b"leaves no room for the full KV pool",
+    b"cannot hold even one request",
+    b"Please set a smaller number for",
     b"Not enough GPU memory",
     b"Loaded weights leave",
     b"too small to serve",
@@ -72,6 +76,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"out of memory happened",
     b"Try to lower your batch size",
     b"This should never happen",
+    b"This should nerver happen",
     b"Try to allocate",
     b"tokens: ",
     b"alloc_req_slots",
@@ -92,6 +97,9 @@ ANCHORS: tuple[bytes, ...] = (
 )
 
 _F = NUM
+# The graph word of a capture line: "cuda graph", "CUDA graph", and since 2026 the platform's ("NPU graph",
+# "XPU graph", "CPU graph"; "npu graph" / "cpu graph" before).
+_GRAPH = r"(?:cuda|CUDA|npu|NPU|xpu|XPU|cpu|CPU) graph"
 
 
 
@@ -166,24 +174,36 @@ _SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     (
         KIND_GRAPH_BEGIN,
         named('graph begin',
-            rf"Capture (?:(?P<role_str>target|draft) (?P<phase_str>\w+) )?(?:\w+ )?(?:cuda|CUDA|npu) graph begin\.(?:.*?avail mem=(?P<avail_gib>{_F}) ?GB)?"
+            # 0.5.7-0.5.13's multi-layer EAGLE draft printed "graph begin (step N)."
+            rf"Capture (?:(?P<role_str>target|draft) (?P<phase_str>\w+) )?(?:\w+ )?{_GRAPH} begin(?: \(step \d+\))?\.(?:.*?avail mem=(?P<avail_gib>{_F}) ?GB)?"
         ),
         None,
     ),
     (
         KIND_GRAPH_END,
         named('graph end',
-            rf"Capture (?:(?P<role_str>target|draft) (?P<phase_str>\w+) )?(?:\w+ )?(?:cuda|CUDA|npu) graph end\."
-            rf"(?:.*?mem usage=(?P<mem_usage_gib>{_F}) ?GB.*?avail mem=(?P<avail_gib>{_F}) ?GB)?"
+            # Each figure on its own: 0.4.4-0.4.6 printed "avail mem=X GB. mem usage=Y GB.", later builds usage first.
+            rf"Capture (?:(?P<role_str>target|draft) (?P<phase_str>\w+) )?(?:\w+ )?{_GRAPH} end\."
+            rf"(?=(?:.*?mem usage=(?P<mem_usage_gib>{_F}) ?GB)?)(?=(?:.*?avail mem=(?P<avail_gib>{_F}) ?GB)?)"
         ),
         None,
     ),
-    (KIND_GRAPH_BAR, named('Capturing batches', rf"Capturing batches \((?:bs|num_tokens)=(?P<bs_n>\d+) avail_mem=(?P<avail_gib>{_F}) ?GB\)"), None),
+    # The capture progress bar's description: "Capturing batches (bs=N avail_mem=X GB)"; 0.4.5-0.4.8 without
+    # bs=; piecewise graphs "Capturing num tokens (num_tokens=N avail_mem=X GB)", 0.5.21+ "Capturing prefill shape (...)".
+    (
+        KIND_GRAPH_BAR,
+        named(("Capturing batches", "Capturing num tokens", "Capturing prefill shape"),
+            rf"Capturing (?:batches|num tokens|prefill shape) \((?:(?:bs|num_tokens)=(?P<bs_n>\d+) )?avail_mem=(?P<avail_gib>{_F}) ?GB\)"
+        ),
+        present,
+    ),
     (
         KIND_SUMMARY,
-        named('max_total_num_tokens=',
-            r"max_total_num_tokens=(?P<max_total_num_tokens_n>\d+), (?:chunked_prefill_size=(?P<chunked_prefill_size_n>-?\d+), )?"
-            r"max_prefill_tokens=(?P<max_prefill_tokens_n>\d+), max_running_requests=(?P<max_running_requests_n>\d+), "
+        # The router era (0.1.3-0.1.16) printed "max_total_num_token=N, max_prefill_num_token=N, context_len=N";
+        # 0.1.18-0.1.22 had no max_running_requests.
+        named('max_total_num_token',
+            r"max_total_num_tokens?=(?P<max_total_num_tokens_n>\d+), (?:chunked_prefill_size=(?P<chunked_prefill_size_n>-?\d+), )?"
+            r"max_prefill_(?:tokens|num_token)=(?P<max_prefill_tokens_n>\d+), (?:max_running_requests=(?P<max_running_requests_n>\d+), )?"
             rf"context_len=(?P<context_len_n>\d+)(?:, available_gpu_mem=(?P<available_gpu_mem_gib>{_F}) ?GB)?"
         ),
         present,
@@ -191,8 +211,8 @@ _SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     (KIND_READY, named('fired up', r"The server is fired up and ready to roll"), None),
     (
         KIND_NOT_ENOUGH,
-        named('Not enough memory',
-            r"Not enough memory\. Please try to increase --mem-fraction-static\.?"
+        named(("Not enough memory", "Not enought memory"),
+            r"Not enought? memory\. Please try to increase --mem-fraction-static\.?"
             rf"(?: Current value: (?:self\.server_args\.)?mem_fraction_static=(?P<mem_fraction_static_f>{_F}))?"
         ),
         present,
@@ -205,6 +225,15 @@ _SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
             rf"\(minimum viable = 1 - available/pre = (?P<minimum_viable_f>{_F})\))?"
         ),
         present,
+    ),
+    # 2026 sliding-window (SWA) pools: the pool cap leaves no KV room, or the pool cannot hold one request.
+    (
+        KIND_NOT_ENOUGH,
+        named(("leaves no room for the full KV pool", "cannot hold even one request"),
+            rf"(?:SWA pool cap \(\d+ tokens, (?P<swa_fixed_gib>{_F}) Gi?B\) leaves no room for the full KV pool"
+            rf"(?: within the available (?P<available_gib>{_F}) Gi?B)?)|(?P<swa_too_small_flag>SWA pool \(\d+ tokens\) cannot hold even one request)"
+        ),
+        lambda v: {**present(v), "source": "swa_pool"},
     ),
     (KIND_HYBRID_NOT_ENOUGH, named(("Not enough GPU memory for hybrid", "state cache is too small"), r"Not enough GPU memory for hybrid|state cache is too small to serve any requests"), None),
     (
@@ -222,7 +251,7 @@ _SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     ),
     (
         KIND_CAPTURE_FAILED,
-        named('failed', r"(?:Capture cuda graph failed|CUDA graph capture failed|Breakable CUDA graph failed)[.:]? ?(?P<reason_str>.*)"),
+        named('failed', r"(?:Capture (?:prefill )?(?:cuda|CUDA) graph failed|CUDA graph capture failed|Breakable CUDA graph failed)[.:]? ?(?P<reason_str>.*)"),
         _capture_failed,
     ),
     (
@@ -232,12 +261,13 @@ _SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     ),
     (
         KIND_KV_ALLOC_FAIL,
-        named('ut of memory. ', r"(?P<which_str>Prefill|Decode)? ?[Oo]ut of memory\. (?:Try to lower your batch size|This should never happen)"),
+        named('ut of memory. ', r"(?P<which_str>Prefill|Decode)? ?[Oo]ut of memory\. (?:Try to lower your batch size|This should ne(?:r)?ver happen)"),
         lambda v: {"which": (v["which"] or "any").lower()},
     ),
     (
         KIND_KV_ALLOC_DETAIL,
-        named(("Try to allocate ", "Available "), r"^\s*(?:Try to allocate (?P<requested_tokens_n>\d+) tokens|Available (?:full )?tokens: (?P<available_tokens_n>\d+))"),
+        # 0.3.5-0.4.6 printed "Avaliable tokens:".
+        named(("Try to allocate ", "Available ", "Avaliable "), r"^\s*(?:Try to allocate (?P<requested_tokens_n>\d+) tokens|Ava(?:il|li)able (?:full )?tokens: (?P<available_tokens_n>\d+))"),
         present,
     ),
     (
@@ -246,6 +276,8 @@ _SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
         present,
     ),
     (KIND_REQ_SLOTS_FAIL, named("No space left for only one request", r"No space left for only one request"), None),
+    # alloc_req_slots before 0.4.4: "Out of memory. Please set a smaller number for `--max-running-requests`."
+    (KIND_REQ_SLOTS_FAIL, named("Please set a smaller number for", r"Out of memory\. Please set a smaller number for `?--max-running-requests"), None),
     (
         KIND_SCHED_EXC,
         named('hit an exception', r"(?P<who_str>Scheduler|DataParallelController|TpModelWorkerClient|DetokenizerManager) hit an exception"),
@@ -293,7 +325,11 @@ _SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
 _SIMPLE_DISPATCH: Dispatch[tuple[str, _Shape | None]] = Dispatch(tuple((pattern, (kind, shape)) for kind, pattern, shape in _SIMPLE))
 
 _UNBALANCED_RE = lazy("memory capacity is unbalanced", r"The memory capacity is unbalanced")
-_UNBALANCED_NUMS_RE = named("min_per_gpu_memory=", rf"min_per_gpu_memory=(?P<min_free_gib>{_F})(?: ?GB)?, local_gpu_memory=(?P<local_free_gib>{_F})")
+# 0.5.10 renamed min_per_gpu_memory to pre_model_load_memory.
+_UNBALANCED_NUMS_RE = named(
+    ("min_per_gpu_memory=", "pre_model_load_memory="),
+    rf"(?:min_per_gpu_memory|pre_model_load_memory)=(?P<min_free_gib>{_F})(?: ?GB)?, local_gpu_memory=(?P<local_free_gib>{_F})",
+)
 
 # server_args keys the budget and advice need; anything else stays in the raw text.
 _ARG_KEYS = (
@@ -323,24 +359,35 @@ _ARG_KEYS = (
     "disable_radix_cache",
     "device",
 )
-_ARG_RE = named("=", r"(?<![\w.])(?P<key_str>" + "|".join(_ARG_KEYS) + r")=(?P<value_str>'(?:[^'\\]|\\.)*'|\"[^\"]*\"|[\w.+-]+)")
+_ARG_VALUE = r"(?P<value_str>'(?:[^'\\]|\\.)*'|\"[^\"]*\"|[\w.+-]+)"
+_ARG_RE = named("=", r"(?<![\w.])(?P<key_str>" + "|".join(_ARG_KEYS) + r")=" + _ARG_VALUE)
+# From 0.5.19 the line is "server_args={'model_path': ..., 'mem_fraction_static': 0.83, ...}" (a dict).
+_ARG_DICT_RE = named("': ", r"(?<![\w.])'(?P<key_str>" + "|".join(_ARG_KEYS) + r")': " + _ARG_VALUE)
 _OMNI_KV_RE = named("=", r"(?P<key_str>\w+)=(?P<value_str>\S+)")
 
 
 def parse_server_args(text: str) -> dict[str, Any]:
-    """The known fields of a ``server_args=ServerArgs(...)`` repr, as Python values.
+    """The known fields of a ``server_args=ServerArgs(...)`` repr (or the ``{...}`` dict of 0.5.19+), as Python values.
 
     Per-key patterns, not a full ``ast`` parse: some fields have unparsable reprs and hard-wrapped
     pastes break the expression, while the keys oomdoctor needs stay readable.
     """
     args: dict[str, Any] = {}
-    for m in _ARG_RE.finditer(text):
+    pattern = _ARG_DICT_RE if text.startswith("server_args={") else _ARG_RE
+    for m in pattern.finditer(text):
         key, raw = m.group("key_str"), m.group("value_str")
         if key in args:
             continue
         args[key] = python_value(raw)
-    args["_has_cuda_graph_max_bs_decode"] = "cuda_graph_max_bs_decode=" in text or "cuda_graph_config" in text
+    args["_has_cuda_graph_max_bs_decode"] = any(k in text for k in ("cuda_graph_max_bs_decode=", "'cuda_graph_max_bs_decode'", "cuda_graph_config"))
     return args
+
+
+def _balanced(args_text: str) -> bool:
+    """Whether a ``server_args=`` text has closed what it opened: ``(`` for the repr, ``{`` for the dict."""
+    if args_text.startswith("server_args={"):
+        return args_text.count("{") <= args_text.count("}")
+    return args_text.count("(") <= args_text.count(")")
 
 
 class SGLangParser:
@@ -363,11 +410,11 @@ class SGLangParser:
         msg = line.msg
         out: list[Event] = []
         if self._args_text is not None:
-            # A hard-wrapped ServerArgs repr continues until its parentheses balance.
-            if line.ts is None and len(self._args_refs) < 40 and self._args_text.count("(") > self._args_text.count(")"):
+            # A hard-wrapped ServerArgs repr (or dict) continues until its brackets balance.
+            if line.ts is None and len(self._args_refs) < 40 and not _balanced(self._args_text):
                 self._args_text += msg.strip("\n")
                 self._args_refs.append(line.ref)
-                if self._args_text.count("(") <= self._args_text.count(")"):
+                if _balanced(self._args_text):
                     out.extend(self._flush_args())
                 return out
             out.extend(self._flush_args())
@@ -376,7 +423,7 @@ class SGLangParser:
             i = msg.find("server_args=")
             self._args_text = msg[i:]
             self._args_refs = [line.ref]
-            if self._args_text.count("(") <= self._args_text.count(")"):
+            if _balanced(self._args_text):
                 out.extend(self._flush_args())
             return out
 
