@@ -149,7 +149,11 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
     """startup_kv: the y that fits one request's KV and keeps SGLang's activation reserve."""
     mfs, pre, post = f.get("mem_fraction_static"), f.get("pre_bytes"), f.get("post_bytes")
     window = f.get("_window")
-    if mfs is None or not pre or post is None or window is None:
+    # The value needs pre, post and the window they give. The y in use only explains it where the engine's
+    # message means a KV budget <= 0 (then every y in the window is above it); a sliding-window pool's
+    # error leaves a positive budget, so there the y in use is needed to know a value is a raise.
+    swa = f.get("startup_kv_error_kind") == "swa_pool"
+    if not pre or post is None or window is None or (mfs is None and swa):
         suggested = f.get("sglang_suggested_mfs")
         if suggested is not None:
             return [
@@ -167,7 +171,13 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
                 "--mem-fraction-static",
                 None,
                 "raise",
-                "The KV budget y*pre - weights was not positive; raise y. The log lacks 'Load weight begin/end ... avail mem=' lines to compute the value.",
+                (
+                    "The sliding-window (SWA) pool's fixed share left no room for the full KV pool; raise y, or as SGLang says reduce "
+                    "--max-running-requests or lower SGLANG_SWA_EVICTION_INTERVAL. The log lacks the server_args line (the y in use) to compute a value."
+                    if swa and pre and post is not None and window is not None
+                    else "The KV budget y*pre - weights was not positive; raise y. The log lacks 'Load weight begin/end ... avail mem=' lines to compute the value"
+                    + (", and the server_args line that gives the y in use." if mfs is None else ".")
+                ),
                 current=mfs,
             )
         ]
@@ -175,7 +185,7 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
         Step("pre: free before weights (worst rank)", "Load weight begin. avail mem", pre, "bytes"),
         Step("post: free after weights (worst rank)", "Load weight end. avail mem", post, "bytes"),
         *f.derivations["weights_bytes"].steps,
-        *budget.sglang_kv_derivation(pre, post, mfs).steps,
+        *(budget.sglang_kv_derivation(pre, post, mfs).steps if mfs is not None else ()),
         *f.derivations["kv_floor_bytes"].steps,
         *f.derivations["activation_reserve_bytes"].steps,
         *window.steps,
@@ -198,12 +208,32 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
                 derivation=tuple(steps),
             )
         ]
+    if mfs is not None and choice <= mfs:
+        # The window's top is no raise (a sliding-window pool's error at a y already near it).
+        return [
+            Recommendation(
+                "--mem-fraction-static",
+                None,
+                "raise",
+                (
+                    f"y={mfs:g} is already at or above {window.high:.3f}, the most that keeps SGLang's {_g(f.get('activation_reserve_bytes'))} "
+                    "activation reserve, so no raise is left; "
+                    + ("reduce --max-running-requests or lower SGLANG_SWA_EVICTION_INTERVAL (SGLang's advice), or shard the model." if swa else "shard or shrink the model instead.")
+                ),
+                current=mfs,
+                derivation=tuple(steps),
+            )
+        ]
     at_choice = budget.sglang_kv_derivation(pre, post, choice)
     steps.extend(at_choice.steps)
     steps.append(Step("recommended y", "largest multiple of 0.05 (else 0.01, else 0.001) inside the window", choice, "fraction"))
+    at_current = (
+        f"At y={mfs:g} the static share y*pre is smaller than the weights, so the KV budget is {_g(f.get('kv_budget_bytes'))}"
+        if mfs is not None
+        else "At the y in use (the log has no server_args line) the engine found no room for the KV cache"
+    )
     why = (
-        f"At y={mfs:g} the static share y*pre is smaller than the weights, so the KV budget is "
-        f"{_g(f.get('kv_budget_bytes'))}; raising y (not lowering it) grows the KV pool: at y={choice:g} it is "
+        f"{at_current}; raising y (not lowering it) grows the KV pool: at y={choice:g} it is "
         f"{_g(at_choice.value)}, and (1-y)*pre = {_g(budget.sglang_dynamic_region_bytes(pre, choice))} stays for activations."
     )
     return [Recommendation("--mem-fraction-static", choice, "raise", why, current=mfs, derivation=tuple(steps))]
@@ -437,7 +467,7 @@ def _vllm_need(f: Facts) -> tuple[int | None, list[Step]]:
     return need.value, list(need.steps)
 
 
-def _sglang_undecided_mfs(f: Facts, mfs: float, pre: int, post: int, choice: float, steps: list[Step]) -> Recommendation:
+def _sglang_undecided_mfs(f: Facts, mfs: float | None, pre: int, post: int, choice: float, steps: list[Step]) -> Recommendation:
     """The y for a startup KV failure when one request's KV size is only assumed.
 
     The window then counts no KV for the request (what the log proves: weights and the activation
@@ -446,8 +476,9 @@ def _sglang_undecided_mfs(f: Facts, mfs: float, pre: int, post: int, choice: flo
     """
     at_choice = budget.sglang_kv_derivation(pre, post, choice)
     steps = [*steps, *at_choice.steps, Step("recommended y", "largest multiple of 0.05 (else 0.01, else 0.001) inside the window", choice, "fraction")]
+    at_current = f"At y={mfs:g} the KV budget is {_g(f.get('kv_budget_bytes'))}" if mfs is not None else "At the y in use (not in the log) the KV cache did not fit"
     why = (
-        f"At y={mfs:g} the KV budget is {_g(f.get('kv_budget_bytes'))}; raising y (not lowering it) grows the KV pool: at y={choice:g}, "
+        f"{at_current}; raising y (not lowering it) grows the KV pool: at y={choice:g}, "
         f"near the most this GPU allows while keeping SGLang's {_g(f.get('activation_reserve_bytes'))} activation reserve, it is "
         f"{_g(at_choice.value)}. Whether one request's KV fits in it depends on the model's per-token KV size, which the log does not give "
         "(the check assumed 1 GiB): if it does not, shard or shrink the model instead."

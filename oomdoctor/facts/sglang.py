@@ -155,7 +155,8 @@ def _startup_kv_error(f: Facts, e: Event, kind: str) -> None:
 
 
 def _not_enough(f: Facts, e: Event, events: list[Event]) -> None:
-    _startup_kv_error(f, e, "not_enough_memory")
+    # A sliding-window pool's error says the KV budget is positive but too small for the SWA cap.
+    _startup_kv_error(f, e, "swa_pool" if e.get("source") == "swa_pool" else "not_enough_memory")
     f.offer("mem_fraction_static", e.get("mem_fraction_static"), e.ref, source="sglang_kv_error")
 
 
