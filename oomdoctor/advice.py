@@ -150,10 +150,12 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
     mfs, pre, post = f.get("mem_fraction_static"), f.get("pre_bytes"), f.get("post_bytes")
     window = f.get("_window")
     # The value needs pre, post and the window they give. The y in use only explains it where the engine's
-    # message means a KV budget <= 0 (then every y in the window is above it); a sliding-window pool's
-    # error leaves a positive budget, so there the y in use is needed to know a value is a raise.
-    swa = f.get("startup_kv_error_kind") == "swa_pool"
-    if not pre or post is None or window is None or (mfs is None and swa):
+    # message means a KV budget <= 0 (then every y in the window is above it); a sliding-window pool's or a
+    # hybrid state pool's error leaves a positive budget, so there the y in use is needed to know a value is a raise.
+    kind = f.get("startup_kv_error_kind")
+    swa = kind == "swa_pool"
+    budget_at_most_zero = kind in ("not_enough_memory", "weights_leave_no_kv", "profiled_negative", "legacy_profile_negative")
+    if not pre or post is None or window is None or (mfs is None and not budget_at_most_zero):
         suggested = f.get("sglang_suggested_mfs")
         if suggested is not None:
             return [
@@ -175,6 +177,8 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
                     "The sliding-window (SWA) pool's fixed share left no room for the full KV pool; raise y, or as SGLang says reduce "
                     "--max-running-requests or lower SGLANG_SWA_EVICTION_INTERVAL. The log lacks the server_args line (the y in use) to compute a value."
                     if swa and pre and post is not None and window is not None
+                    else "The engine's message leaves the KV budget positive but too small; raise y. The log lacks the server_args line (the y in use) to compute a value."
+                    if pre and post is not None and window is not None
                     else "The KV budget y*pre - weights was not positive; raise y. The log lacks 'Load weight begin/end ... avail mem=' lines to compute the value"
                     + (", and the server_args line that gives the y in use." if mfs is None else ".")
                 ),
