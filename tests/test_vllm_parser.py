@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from oomdoctor.diagnosis import ANCHORS
 from oomdoctor.evidence import Line, LineRef
 from oomdoctor.parsers import captures
 from oomdoctor.parsers import vllm as vl
@@ -11,6 +12,8 @@ from oomdoctor.units import GIB
 
 
 def one(text: str):
+    # A line reaches the parser only when the scanner finds one of the anchors in it.
+    assert any(anchor in text.encode() for anchor in ANCHORS), f"no anchor in {text!r}"
     events = vl.VLLMParser().feed(Line(LineRef("x", 1), text))
     assert len(events) == 1, text
     return events[0]
@@ -125,3 +128,82 @@ def test_every_pattern_names_every_group_with_a_unit() -> None:
 )
 def test_whole_values_of_shaped_kinds(text: str, values: dict) -> None:
     assert one(text).values == values
+
+
+# --- forms found by reading 51 released sdists (0.4.1-0.33.0), each fed through the anchor check ---------
+
+
+@pytest.mark.parametrize(
+    "text, kind, values",
+    [
+        ("INFO 03-10 08:07:20 [gpu_model_runner.py:1067] Model loading took 0.2389 GB and 0.977005 seconds", vl.KIND_WEIGHTS, {"weights_bytes": g(0.2389)}),
+        ("Loading model weights took 14.9888 GiB", vl.KIND_WEIGHTS, {"weights_bytes": g(14.9888), "era": "V0"}),  # XPU V0 0.8.3-0.9.2
+        (
+            "Memory profiling results: total_gpu_memory=7.92GiB initial_memory_usage=0.37GiB peak_torch_memory=0.71GiB memory_usage_post_profile=0.39Gib "
+            "non_torch_memory=0.15GiB kv_cache_size=6.27GiB gpu_memory_utilization=0.90",  # 0.6.4 as released: no commas
+            vl.KIND_PROFILE_V0_RESULTS,
+            {"total_bytes": g(7.92), "non_kv_bytes": g(0.71) + g(0.15), "non_torch_bytes": g(0.15), "kv_bytes": g(6.27), "gpu_memory_utilization": 0.90},
+        ),
+        (
+            "Memory profiling takes 9.01 seconds. Total non KV cache memory: 61.49GiB; torch peak memory increase: 2.04GiB; total consumed (from mem_get_info): "
+            "61.49GiB; weights memory: 55.87GiB.",  # 0.27+
+            vl.KIND_PROFILE_V1,
+            {"non_kv_bytes": g(61.49), "activation_peak_bytes": g(2.04), "total_consumed_bytes": g(61.49), "weights_bytes": g(55.87)},
+        ),
+        (
+            "ValueError: To serve at least one request with the models's max seq len (116160), (4.43 GB KV cache is needed, which is larger than the available "
+            "KV cache memory (3.48 GB). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",  # 0.7.0-0.8.2
+            vl.KIND_ONE_REQUEST,
+            {"max_model_len": 116160, "needed_bytes": g(4.43), "available_bytes": g(3.48), "estimated_max_len": None},
+        ),
+        (
+            "AssertionError: Error in memory profiling. This happens when the GPU memory was not properly cleaned up before initializing the vLLM instance.",
+            vl.KIND_PROFILE_ASSERT,
+            {},
+        ),
+        ("INFO 06-05 13:03:17 [executor_base.py:112] # rocm blocks: 37011, # CPU blocks: 7281", vl.KIND_GPU_BLOCKS, {"gpu_blocks": 37011}),
+        ("INFO 02-19 10:54:28 model_runner.py:1523] Graph capturing finished in 14 secs.", vl.KIND_GRAPH_DONE, {"graph_bytes": None}),
+        (
+            "INFO 06-07 08:56:50 [gpu_worker.py:619] CUDA graph pool memory: 0.71 GiB (actual), 0.79 GiB (estimated), difference: 0.07 GiB (10.1%).",
+            vl.KIND_GRAPH_DONE,
+            {"graph_bytes": g(0.71)},
+        ),
+        (
+            "INFO 09-25 13:39:07 [gpu_model_runner.py:3269] Encoder cache will be initialized with a budget of 8192 tokens, and profiled with 31 image items of the "
+            "maximum feature size.",
+            vl.KIND_MM_PROFILE,
+            {},
+        ),
+        (
+            "INFO 09-30 10:00:28 [gpu_worker.py:251] Initial free memory 78.49843215942383 GiB, reserved 20.00GiB memory for KV Cache as specified by "
+            "kv_cache_memory_bytes config and skipped memory profiling.",
+            vl.KIND_INITIAL_FREE,
+            {"free_at_start_bytes": g(78.49843215942383), "kv_reserved_bytes": g(20.0)},
+        ),
+        (
+            "ValueError: Free memory on device cuda:0 (58.61/79.19 GiB) on startup is less than the engine's budget after excluding external process's weights "
+            "(0.9, 61.27 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",  # 0.32+
+            vl.KIND_FREE_LESS,
+            {"device": "cuda:0", "free_at_start_bytes": g(58.61), "total_bytes": g(79.19), "gpu_memory_utilization": 0.9, "requested_bytes": g(61.27)},
+        ),
+        ("XPU KV cache size: 448,016 tokens, Maximum concurrency for 32,768 tokens per request: 13.67x", vl.KIND_KV_TOKENS, None),
+        ("GPU + host KV cache size: 448,016 tokens, Maximum concurrency for 32,768 tokens per request: 13.67x", vl.KIND_KV_TOKENS, None),
+        ("RuntimeError: Engine process failed to start. See stack trace for the root cause.", vl.KIND_ENGINE_FAILED, {}),
+        ("RuntimeError: EngineCore_0 initialization failed. See root cause above.", vl.KIND_ENGINE_FAILED, {}),
+    ],
+)
+def test_released_forms(text: str, kind: str, values: dict | None) -> None:
+    e = one(text)
+    assert e.kind == kind
+    if values is not None:
+        assert e.values == values
+    else:
+        assert e.get("kv_tokens") == 448016
+
+
+def test_the_v0_engine_line_of_0_7_to_0_10() -> None:
+    e = one(
+        "INFO 02-20 15:43:27 llm_engine.py:234] Initializing a V0 LLM engine (v0.7.2) with config: model='./Qwen2.5-72B-Instruct-AWQ', "
+        "speculative_config=None, max_seq_len=32768, tensor_parallel_size=4, enforce_eager=False, kv_cache_dtype=auto"
+    )
+    assert (e.kind, e.get("version"), e.get("v1"), e.get("max_seq_len"), e.get("tensor_parallel_size")) == (vl.KIND_ENGINE_CONFIG, "0.7.2", False, 32768, 4)

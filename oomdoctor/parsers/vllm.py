@@ -55,6 +55,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"LLM engine",
     b"GiB",
     b"weights took",
+    b"Model loading took",  # 0.8.0-0.8.2 printed "... took X GB and Y seconds": no "GiB" to anchor it
     b"Starting to load model",
     b"memory profiling",
     b"Memory profiling",
@@ -66,6 +67,14 @@ ANCHORS: tuple[bytes, ...] = (
     b"NPU blocks",
     b"XPU blocks",
     b"HPU blocks",
+    b"rocm blocks",  # V0 0.7.3-0.11.0 printed the platform's device_name: rocm, xpu, hpu, tpu, neuron
+    b"xpu blocks",
+    b"hpu blocks",
+    b"tpu blocks",
+    b"TPU blocks",
+    b"neuron blocks",
+    b"Graph capturing finished",  # 0.4.1-0.6.3: "Graph capturing finished in 14 secs." (no size)
+    b"Encoder cache will be initialized",  # V1's multimodal profiling (0.7.0+)
     b"CUDA graph",
     b"cudagraph",
     b"Free memory on device",
@@ -74,6 +83,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"estimated maximum model length",
     b"is preempted by",
     b"failed to start",
+    b"EngineCore initialization failed",
+    b"EngineCore_0 initialization failed",
     b"initialization failed",
     b"died unexpectedly",
     b"EngineDeadError",
@@ -103,7 +114,9 @@ def _engine_config(v: dict[str, Any]) -> dict[str, Any]:
 
 def _profile_assert(v: dict[str, Any]) -> dict[str, Any]:
     # Printed in GiB since 2025; before that the numbers were bytes.
-    a, b = v["initial_free"], v["current_free"]  # both groups are required by the pattern
+    a, b = v["initial_free"], v["current_free"]  # both present, or both absent (the oldest wording)
+    if a is None or b is None:
+        return {}
     if v["initial_gib"] or v["current_gib"]:
         return {"initial_free_bytes": gib_to_bytes(a), "current_free_bytes": gib_to_bytes(b)}
     return {"initial_free_bytes": int(a), "current_free_bytes": int(b)}
@@ -136,7 +149,8 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     (KIND_ARGS, named('args', r"non-default args: (?P<args_dict_str>\{.*\})|^args: Namespace\((?P<namespace_str>.*)\)"), _args),
     (
         KIND_ENGINE_CONFIG,
-        named('LLM engine', r"Initializing an? (?P<v1_flag>V1 )?LLM engine(?: \(v(?P<version_str>[\w.+-]+)\))? with config: (?P<rest_str>.*)"),
+        # 0.7.1-0.10.2 printed "Initializing a V0 LLM engine (v...)" for V0 runs.
+        named('LLM engine', r"Initializing an? (?:V0 |(?P<v1_flag>V1 ))?LLM engine(?: \(v(?P<version_str>[\w.+-]+)\))? with config: (?P<rest_str>.*)"),
         _engine_config,
     ),
     (
@@ -146,7 +160,8 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
         # names no era.
         named(
             'took',
-            rf"(?:Model loading took (?:(?P<v1_weights_gib>{_F}) ?GiB|(?P<either_weights_gib>{_F}) ?GB)|Loading model weights took (?P<v0_weights_gib>{_F}) ?GB)",
+            # XPU's V0 runner (0.8.3-0.9.2) printed "Loading model weights took X GiB".
+            rf"(?:Model loading took (?:(?P<v1_weights_gib>{_F}) ?GiB|(?P<either_weights_gib>{_F}) ?GB)|Loading model weights took (?P<v0_weights_gib>{_F}) ?Gi?B)",
         ),
         _weights,
     ),
@@ -170,7 +185,8 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
         KIND_PROFILE_V0_RESULTS,
         named('Memory profiling results',
             rf"Memory profiling results:.*?total_gpu_memory=(?P<total_gib>{_F}) ?GiB.*?peak_torch_memory=(?P<peak_torch_gib>{_F}) ?GiB"
-            rf".*?non_torch_memory=(?P<non_torch_gib>{_F}) ?GiB, kv_cache_size=(?P<kv_gib>{_F}) ?GiB, gpu_memory_utilization=(?P<gpu_memory_utilization_f>{_F})"
+            # 0.6.4 as released separated the fields with a blank only; a later dev build with ", ".
+            rf".*?non_torch_memory=(?P<non_torch_gib>{_F}) ?GiB,? ?kv_cache_size=(?P<kv_gib>{_F}) ?GiB,? ?gpu_memory_utilization=(?P<gpu_memory_utilization_f>{_F})"
         ),
         # peak_torch_memory includes the weights; non-KV = peak torch + non-torch.
         lambda v: {
@@ -184,17 +200,19 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     (
         KIND_PROFILE_V1,
         named('Total non KV cache memory',
-            rf"Total non KV cache memory: (?P<non_kv_gib>{_F}) ?GiB; torch peak memory increase: (?P<activation_peak_gib>{_F}) ?GiB; "
-            rf"non-torch forward increase memory: (?P<non_torch_gib>{_F}) ?GiB;"
-            rf"(?: total consumed \(from mem_get_info\): {_F} ?GiB;)? weights memory: (?P<weights_gib>{_F}) ?GiB"
+            # 0.9.1-0.26 printed "non-torch forward increase memory"; 0.27+ "total consumed (from mem_get_info)" instead.
+            rf"Total non KV cache memory: (?P<non_kv_gib>{_F}) ?GiB; torch peak memory increase: (?P<activation_peak_gib>{_F}) ?GiB; ?"
+            rf"(?:non-torch forward increase memory: (?P<non_torch_gib>{_F}) ?GiB; ?)?"
+            rf"(?:total consumed \(from mem_get_info\): (?P<total_consumed_gib>{_F}) ?GiB; ?)?weights memory: (?P<weights_gib>{_F}) ?GiB"
         ),
-        None,
+        present,
     ),
     (
         KIND_PROFILE_ASSERT,
         named('Error in memory profiling',
-            rf"Error in memory profiling\. Initial free memory (?P<initial_free_f>{_F})(?P<initial_gib_flag> GiB)?, "
-            rf"current free memory (?P<current_free_f>{_F})(?P<current_gib_flag> GiB)?"
+            # 0.4.1-0.5.3 printed no numbers: "Error in memory profiling. This happens when the GPU memory was not properly cleaned up ..."
+            rf"Error in memory profiling\.(?: Initial free memory (?P<initial_free_f>{_F})(?P<initial_gib_flag> GiB)?, "
+            rf"current free memory (?P<current_free_f>{_F})(?P<current_gib_flag> GiB)?| This happens when the GPU memory was not properly cleaned up)"
         ),
         _profile_assert,
     ),
@@ -203,15 +221,18 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
         KIND_INITIAL_FREE,
         named('Initial free memory',
             rf"Initial free memory:? (?P<free_at_start_gib>{_F}) GiB[;,] "
-            rf"(?:Requested memory: (?P<gpu_memory_utilization_f>{_F}) \(util\), (?P<requested_gib>{_F}) GiB)?"
+            rf"(?:Requested memory: (?P<gpu_memory_utilization_f>{_F}) \(util\), (?P<requested_gib>{_F}) GiB"
+            # --kv-cache-memory-bytes (0.10.2+): the KV size is the user's, and profiling is skipped.
+            rf"|reserved (?P<kv_reserved_gib>{_F}) ?GiB memory for KV Cache)?"
         ),
         present,
     ),
     (KIND_KV_AVAILABLE, named('Available KV cache memory', rf"Available KV cache memory: (?P<kv_gib>{_F}) GiB"), None),
     (
         KIND_KV_TOKENS,
-        named('GPU KV cache size',
-            rf"GPU KV cache size: (?P<kv_tokens_n>{_N}) tokens"
+        # 0.30+: the platform's name ("XPU", "TPU") or "GPU + host" (hisparse) for other devices.
+        named('KV cache size',
+            rf"(?:GPU(?: \+ host)?|[A-Z]{{2,5}}) KV cache size: (?P<kv_tokens_n>{_N}) tokens"
             rf"(?:, Maximum concurrency for (?P<max_model_len_n>{_N}) tokens per request: (?P<concurrency_f>{_F})x)?"
         ),
         present,
@@ -221,8 +242,10 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
         named('Maximum concurrency', rf"Maximum concurrency for (?P<max_model_len_n>{_N}) tokens per request: (?P<concurrency_f>{_F})x"),
         None,
     ),
-    (KIND_GPU_BLOCKS, named('blocks:', r"# (?:GPU|cuda|CUDA|NPU|XPU|HPU) blocks: (?P<gpu_blocks_n>\d+)"), None),
+    (KIND_GPU_BLOCKS, named('blocks:', r"# (?:GPU|cuda|CUDA|NPU|XPU|HPU|rocm|xpu|hpu|tpu|TPU|neuron) blocks: (?P<gpu_blocks_n>\d+)"), None),
     (KIND_GRAPH_DONE, named('Graph capturing finished', rf"Graph capturing finished in {_F} secs?(?:, took (?P<graph_gib>{_F}) GiB)?"), None),
+    # 0.18+: the graph pool's actual size beside the estimate; the actual one is the graphs' memory.
+    (KIND_GRAPH_DONE, named('CUDA graph pool memory', rf"CUDA graph pool memory: (?P<graph_gib>{_F}) GiB \(actual\)"), None),
     (KIND_GRAPH_ESTIMATE, named('Estimated CUDA graph memory', rf"Estimated CUDA graph memory: (?P<graph_gib>{_F}) GiB total"), None),
     (
         KIND_GRAPH_BEGIN,
@@ -232,8 +255,9 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     (
         KIND_FREE_LESS,
         named('Free memory on device',
+            # 0.32+: with weights held by another process, "... is less than the engine's budget after excluding external process's weights (U, R GiB)".
             rf"Free memory on device(?: (?P<device_str>[\w:]+))? \((?P<free_at_start_gib>{_F})/(?P<total_gib>{_F}) GiB\) on startup is less than "
-            rf"desired GPU memory utilization \((?P<gpu_memory_utilization_f>{_F}), (?P<requested_gib>{_F}) GiB\)"
+            rf"(?:desired GPU memory utilization|the engine's budget after excluding external process's weights) \((?P<gpu_memory_utilization_f>{_F}), (?P<requested_gib>{_F}) GiB\)"
         ),
         None,
     ),
@@ -242,8 +266,9 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
         KIND_ONE_REQUEST,
         named(("To serve at least one request", "The model's max seq len", "estimated maximum model length is "),
             # 2024-2025 wrote "(16.00 GiB KV cache is needed"; 2026 dropped the parenthesis.
-            rf"To serve at least one request with the models?'s max seq len \((?P<max_model_len_n>{_N})\),\s*\(?(?P<needed_gib>{_F}) GiB KV cache is needed, "
-            rf"which is larger than the available KV cache memory \((?P<available_gib>{_F}) GiB\)\."
+            # V1 0.7.0-0.8.2 printed GB (bytes / 2^30), GiB from 0.8.3.
+            rf"To serve at least one request with the models?'s max seq len \((?P<max_model_len_n>{_N})\),\s*\(?(?P<needed_gib>{_F}) Gi?B KV cache is needed, "
+            rf"which is larger than the available KV cache memory \((?P<available_gib>{_F}) Gi?B\)\."
             rf"(?: Based on the available memory, the estimated maximum model length is (?P<estimated_max_len_n>{_N})\.)?"
             rf"|The model's max seq len \((?P<stored_max_model_len_n>{_N})\) is larger than the maximum number of tokens that can be stored in KV cache "
             rf"\((?P<kv_capacity_tokens_n>{_N})\)"
@@ -262,8 +287,21 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     (
         KIND_ENGINE_FAILED,
         named(
-            ("EngineCore failed to start", "WorkerProc hit an exception", "Engine core initialization failed", "died unexpectedly", "EngineDeadError", "EngineCore encountered a fatal error"),
-            r"EngineCore failed to start|WorkerProc hit an exception|Engine core initialization failed|died unexpectedly|EngineDeadError|EngineCore encountered a fatal error"),
+            (
+                "EngineCore failed to start",
+                "WorkerProc hit an exception",
+                "Engine core initialization failed",
+                "died unexpectedly",
+                "EngineDeadError",
+                "EngineCore encountered a fatal error",
+                "Engine process failed to start",
+                " initialization failed",
+            ),
+            # V0's multiprocessing engine (0.6.2-0.10.2): "Engine process failed to start"; V1 0.7.x
+            # "EngineCore initialization failed", 0.8.0-0.8.3 "EngineCore_0 initialization failed".
+            r"EngineCore failed to start|WorkerProc hit an exception|Engine core initialization failed|died unexpectedly|EngineDeadError"
+            r"|EngineCore encountered a fatal error|Engine process failed to start|EngineCore(?:_\d+)? initialization failed",
+        ),
         None,
     ),
     (KIND_MM_PROFILE, named(("Starting profile run for multi-modal models", "Encoder cache will be initialized"), r"Starting profile run for multi-modal models|Encoder cache will be initialized"), None),
