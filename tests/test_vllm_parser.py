@@ -207,3 +207,30 @@ def test_the_v0_engine_line_of_0_7_to_0_10() -> None:
         "speculative_config=None, max_seq_len=32768, tensor_parallel_size=4, enforce_eager=False, kv_cache_dtype=auto"
     )
     assert (e.kind, e.get("version"), e.get("v1"), e.get("max_seq_len"), e.get("tensor_parallel_size")) == (vl.KIND_ENGINE_CONFIG, "0.7.2", False, 32768, 4)
+
+
+def test_the_startup_accounting_line_of_both_wordings() -> None:
+    old = one(
+        "(EngineCore_DP0 pid=2211) INFO 06-20 09:13:31 [gpu_worker.py:298] Free memory on device (78.5/79.19 GiB) on startup. Desired GPU memory utilization "
+        "is (0.9, 71.27 GiB). Actual usage is 14.99 GiB for weight, 1.24 GiB for peak activation, 0.35 GiB for non-torch memory, and 0.93 GiB for CUDAGraph "
+        "memory. Replace gpu_memory_utilization config with `--kv-cache-memory=58690483814` (54.66 GiB) to fit into requested memory, or "
+        "`--kv-cache-memory=66050000000` (61.51 GiB) to fully utilize gpu memory. Current kv cache memory in use is 54.69 GiB."
+    )
+    assert old.kind == vl.KIND_STARTUP_SUMMARY
+    assert old.values == {
+        "free_at_start_bytes": g(78.5),
+        "total_bytes": g(79.19),
+        "gpu_memory_utilization": 0.9,
+        "requested_bytes": g(71.27),
+        "weights_bytes": g(14.99),
+        "activation_peak_bytes": g(1.24),
+        "non_torch_bytes": g(0.35),
+        "graph_bytes": g(0.93),
+        "kv_bytes": g(54.69),
+    }
+    new = one(
+        "Free memory on device (78.5/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). Actual usage is 15.34 GiB for consumed "
+        "memory (weights + non-torch), 1.24 GiB for peak activation, and 0.93 GiB for CUDAGraph memory. Current kv cache memory in use is 54.69 GiB."
+    )
+    assert (new.get("consumed_bytes"), new.get("activation_peak_bytes"), new.get("graph_bytes"), new.get("kv_bytes")) == (g(15.34), g(1.24), g(0.93), g(54.69))
+    assert "weights_bytes" not in new.values and "activation_peak2_bytes" not in new.values

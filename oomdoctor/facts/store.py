@@ -35,7 +35,15 @@ PRECEDENCE: dict[str, tuple[str, ...]] = {
     "kv_cache_dtype": ("server_args", *_VLLM_CONFIG),
     "model_path": ("server_args", *_VLLM_CONFIG, "reported"),
     # --- vLLM settings: the arguments, then the engine config, then the lines that echo them.
-    "gpu_memory_utilization": (*_VLLM_CONFIG, "vllm_profile_v0_results", "vllm_free_less_than_requested", "vllm_profile_total", "vllm_initial_free", "reported"),
+    "gpu_memory_utilization": (
+        *_VLLM_CONFIG,
+        "vllm_profile_v0_results",
+        "vllm_free_less_than_requested",
+        "vllm_startup_summary",
+        "vllm_profile_total",
+        "vllm_initial_free",
+        "reported",
+    ),
     "max_model_len": (*_VLLM_CONFIG, "vllm_one_request_does_not_fit", "vllm_concurrency", "reported"),
     "max_num_batched_tokens": (*_VLLM_CONFIG, "vllm_chunked_prefill"),
     "max_num_seqs": (*_VLLM_CONFIG, "reported"),
@@ -46,6 +54,7 @@ PRECEDENCE: dict[str, tuple[str, ...]] = {
     "capacity_bytes": (
         "oom_message",
         "vllm_free_less_than_requested",
+        "vllm_startup_summary",
         "vllm_profile_total",
         "vllm_profile_v0_results",
         "vllm_budget_over_util",
@@ -55,19 +64,26 @@ PRECEDENCE: dict[str, tuple[str, ...]] = {
     ),
     "requested_bytes": ("oom_message", "snapshot"),
     # --- vLLM's memory profile.
-    "free_at_start_bytes": ("vllm_free_less_than_requested", "vllm_initial_free"),
-    "requested_budget_bytes": ("vllm_free_less_than_requested", "vllm_profile_total", "vllm_initial_free"),
-    "weights_bytes": ("sglang_budget", "vllm_profile_breakdown", "vllm_profile_v1", "vllm_weights"),
-    "activation_peak_bytes": ("vllm_profile_breakdown", "vllm_profile_v1"),
-    "non_torch_bytes": ("vllm_profile_breakdown", "vllm_profile_v1"),
+    "free_at_start_bytes": ("vllm_free_less_than_requested", "vllm_startup_summary", "vllm_initial_free"),
+    "requested_budget_bytes": ("vllm_free_less_than_requested", "vllm_startup_summary", "vllm_profile_total", "vllm_initial_free"),
+    "weights_bytes": ("sglang_budget", "vllm_profile_breakdown", "vllm_profile_v1", "vllm_startup_summary", "vllm_weights"),
+    "activation_peak_bytes": ("vllm_profile_breakdown", "vllm_profile_v1", "vllm_startup_summary"),
+    "non_torch_bytes": ("vllm_profile_breakdown", "vllm_profile_v1", "vllm_startup_summary"),
     "non_kv_bytes": ("vllm_profile_v0_results", "vllm_profile_v1", "vllm_profile_sum", "vllm_budget_minus_kv"),
     # vLLM's "Available KV cache memory" is the engine's own arithmetic: it beats every other figure.
-    "kv_budget_bytes": ("vllm_kv_available", "sglang_budget", "vllm_profile_v0_results", "vllm_profile_breakdown", "vllm_one_request_does_not_fit"),
+    "kv_budget_bytes": (
+        "vllm_kv_available",
+        "sglang_budget",
+        "vllm_profile_v0_results",
+        "vllm_profile_breakdown",
+        "vllm_startup_summary",
+        "vllm_one_request_does_not_fit",
+    ),
     "kv_needed_bytes": ("vllm_one_request_does_not_fit",),
     "estimated_max_len": ("vllm_one_request_does_not_fit",),
     "kv_capacity_tokens": ("vllm_one_request_does_not_fit", "vllm_kv_tokens", "vllm_gpu_blocks"),
     "max_concurrency": ("vllm_concurrency", "vllm_kv_tokens"),
-    "cuda_graph_bytes": ("graph_end", "vllm_graph_done", "vllm_graph_estimate"),
+    "cuda_graph_bytes": ("graph_end", "vllm_graph_done", "vllm_startup_summary", "vllm_graph_estimate"),
     # vLLM's per-token figures (one request's KV over its length, or the budget over its tokens)
     # beat SGLang's pool line.
     "cell_bytes": ("vllm_kv_needed", "vllm_kv_budget", "kv_allocated"),

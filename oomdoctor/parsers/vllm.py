@@ -48,6 +48,7 @@ KIND_CHUNKED = "vllm_chunked_prefill"
 KIND_LOAD_START = "vllm_load_start"
 KIND_PROFILE_V0_RESULTS = "vllm_profile_v0_results"
 KIND_PROFILE_HEADER = "vllm_profile_header"
+KIND_STARTUP_SUMMARY = "vllm_startup_summary"
 
 ANCHORS: tuple[bytes, ...] = (
     b"non-default args",
@@ -120,6 +121,13 @@ def _profile_assert(v: dict[str, Any]) -> dict[str, Any]:
     if v["initial_gib"] or v["current_gib"]:
         return {"initial_free_bytes": gib_to_bytes(a), "current_free_bytes": gib_to_bytes(b)}
     return {"initial_free_bytes": int(a), "current_free_bytes": int(b)}
+
+
+def _startup_summary(v: dict[str, Any]) -> dict[str, Any]:
+    values = present(v)
+    if "activation_peak2_bytes" in values:  # the 0.27+ wording's place for the same figure
+        values["activation_peak_bytes"] = values.pop("activation_peak2_bytes")
+    return values
 
 
 def _one_request(v: dict[str, Any]) -> dict[str, Any]:
@@ -251,6 +259,19 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
         KIND_GRAPH_BEGIN,
         named(("Capturing ", "CUDA graphs can take additional", "Profiling CUDA graph memory"), r"Capturing the model for CUDA graphs|CUDA graphs can take additional|Capturing CUDA graphs? (?:shapes|\()|Capturing cudagraphs?|Profiling CUDA graph memory"),
         None,
+    ),
+    # The startup accounting (INFO in 0.10.2 and from 0.26, DEBUG between): the whole budget on one line.
+    # 0.27+ words the first figures "C GiB for consumed memory (weights + non-torch), A GiB for peak activation".
+    (
+        KIND_STARTUP_SUMMARY,
+        named('on startup. Desired GPU memory utilization is',
+            rf"Free memory on device(?: [\w:]+)? \((?P<free_at_start_gib>{_F})/(?P<total_gib>{_F}) GiB\) on startup\. "
+            rf"Desired GPU memory utilization is \((?P<gpu_memory_utilization_f>{_F}), (?P<requested_gib>{_F}) GiB\)\. Actual usage is "
+            rf"(?:(?P<weights_gib>{_F}) GiB for weight, (?P<activation_peak_gib>{_F}) GiB for peak activation, (?P<non_torch_gib>{_F}) GiB for non-torch memory"
+            rf"|(?P<consumed_gib>{_F}) GiB for consumed memory \(weights \+ non-torch\), (?P<activation_peak2_gib>{_F}) GiB for peak activation),? "
+            rf"and (?P<graph_gib>{_F}) GiB for CUDAGraph memory\.(?:.*?Current kv cache memory in use is (?P<kv_gib>{_F}) GiB)?"
+        ),
+        _startup_summary,
     ),
     (
         KIND_FREE_LESS,
