@@ -234,3 +234,7 @@ def test_the_startup_accounting_line_of_both_wordings() -> None:
     )
     assert (new.get("consumed_bytes"), new.get("activation_peak_bytes"), new.get("graph_bytes"), new.get("kv_bytes")) == (g(15.34), g(1.24), g(0.93), g(54.69))
     assert "weights_bytes" not in new.values and "activation_peak2_bytes" not in new.values
+
+
+def test_a_cpu_kv_line_is_not_the_devices_pool() -> None:
+    assert vl.VLLMParser().feed(Line(LineRef("x", 1), "CPU KV cache size: 448,016 tokens")) == []
