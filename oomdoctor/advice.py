@@ -213,15 +213,20 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
             )
         ]
     if mfs is not None and choice <= mfs:
-        # The window's top is no raise (a sliding-window pool's error at a y already near it).
+        # The round value is no raise (a sliding-window pool's error at a y already near the top): a finer
+        # step above the y in use, if the window's top leaves one.
+        finer = budget.raise_in_window(window, mfs)
+        if finer is not None:
+            choice = finer
+    if mfs is not None and choice <= mfs:
         return [
             Recommendation(
                 "--mem-fraction-static",
                 None,
                 "raise",
                 (
-                    f"y={mfs:g} is already at or above {window.high:.3f}, the most that keeps SGLang's {_g(f.get('activation_reserve_bytes'))} "
-                    "activation reserve, so no raise is left; "
+                    f"y={mfs:g} leaves no step of 0.001 below {window.high:.4f}, the most that keeps SGLang's "
+                    f"{_g(f.get('activation_reserve_bytes'))} activation reserve, so no raise is left; "
                     + ("reduce --max-running-requests or lower SGLANG_SWA_EVICTION_INTERVAL (SGLang's advice), or shard the model." if swa else "shard or shrink the model instead.")
                 ),
                 current=mfs,
@@ -230,7 +235,8 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
         ]
     at_choice = budget.sglang_kv_derivation(pre, post, choice)
     steps.extend(at_choice.steps)
-    steps.append(Step("recommended y", "largest multiple of 0.05 (else 0.01, else 0.001) inside the window", choice, "fraction"))
+    rule = "largest multiple of 0.05 (else 0.01, else 0.001) inside the window" + (f" and above {mfs:g}" if mfs is not None and choice != budget.choose_in_window(window) else "")
+    steps.append(Step("recommended y", rule, choice, "fraction"))
     at_current = (
         f"At y={mfs:g} the static share y*pre is smaller than the weights, so the KV budget is {_g(f.get('kv_budget_bytes'))}"
         if mfs is not None
@@ -384,7 +390,7 @@ def lower_cuda_graph_max_bs(f: Facts) -> list[Recommendation]:
     current = f.get("cuda_graph_max_bs")
     failing = f.get("capture_last_bs")
     steps: list[Step] = []
-    if failing:
+    if failing and (not current or failing <= current):
         value = budget.halved_batch_size(failing)
         steps.append(Step("batch size being captured when memory ran out", "Capturing batches (bs=N ...)", failing, "count"))
         steps.append(Step("half of it (multiple of 8)", f"{failing} / 2", value, "count"))
@@ -399,6 +405,8 @@ def lower_cuda_graph_max_bs(f: Facts) -> list[Recommendation]:
         f"Capturing up to {value} instead of {current if current else 'the default'} needs less of it. "
         f"({flag} is this version's spelling.)"
     )
+    if current and value >= current:
+        return [Recommendation(flag, None, "lower", f"Graph capture ran out of memory; capture fewer batch sizes than {current} with {flag}.", current=current)]
     return [Recommendation(flag, value, "lower", why, current=current, derivation=tuple(steps))]
 
 

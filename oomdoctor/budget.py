@@ -326,6 +326,16 @@ def choose_in_window(window: Window) -> float | None:
     return None
 
 
+def raise_in_window(window: Window, current: float) -> float | None:
+    """A raise from ``current`` inside the window: the largest multiple of 0.05, else 0.01, else 0.001
+    that is inside it and above ``current``; None when the window's top is not above it."""
+    for step in (0.05, 0.01, 0.001):
+        candidate = floor_to(window.high, step)
+        if candidate > current + 1e-9 and candidate >= window.low - 1e-9 and 0.0 < candidate < 1.0:
+            return candidate
+    return None
+
+
 def lowered_fraction(current: float, base_bytes: int, shortfall_bytes: int, margin_bytes: int, name: str, base: str) -> Derived:
     """A memory fraction (y of pre, u of total) lowered by the shortfall plus a margin, rounded down to 0.01."""
     freed = shortfall_bytes + margin_bytes
@@ -381,6 +391,7 @@ __all__ = [
     "ceil_to",
     "choose_in_window",
     "floor_to",
+    "raise_in_window",
 ]
 
 

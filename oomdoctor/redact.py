@@ -616,11 +616,12 @@ class session:  # used as a function: ``with redact.session(pii=True) as r``
         self.redactor = redactor if redactor is not None else Redactor(pii=pii)
 
     def __enter__(self) -> Redactor:
-        _sessions().append(self.redactor)
+        self._stack = _sessions()  # the entering thread's: popped there even if the exit runs elsewhere
+        self._stack.append(self.redactor)
         return self.redactor
 
     def __exit__(self, *exc_info: object) -> None:
-        _sessions().pop()
+        self._stack.pop()
 
 
 def redact_text(text: str) -> str:

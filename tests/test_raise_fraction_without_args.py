@@ -46,3 +46,12 @@ def test_the_swa_error_at_the_top_of_the_window_gets_no_lower_value(run_cli, tmp
     assert "no raise is left" in rec["why"]
     below = _raise(run_cli, tmp_path, ARGS.format(y=0.78) + LOAD + SWA)
     assert below["current"] == 0.78 and below["value"] > 0.78
+
+
+def test_a_finer_step_is_a_raise_when_the_round_one_is_not(run_cli, tmp_path: Path) -> None:
+    # Window 0.7567..0.8726: 0.85 is no raise from 0.86, 0.87 is.
+    rec = _raise(run_cli, tmp_path, ARGS.format(y=0.86) + LOAD + SWA)
+    assert (rec["current"], rec["value"]) == (0.86, 0.87)
+    assert any("above 0.86" in step["formula"] for step in rec["derivation"])
+    top = _raise(run_cli, tmp_path, ARGS.format(y=0.8726) + LOAD + SWA)
+    assert top["value"] is None and "no raise is left" in top["why"]

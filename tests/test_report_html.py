@@ -458,3 +458,19 @@ def test_a_derivation_step_prints_its_result_once(run_cli) -> None:
     for fmt in ("text", "markdown"):
         out = run_cli("diagnose", str(seed), "--format", fmt).out
         assert "= -5.40 GiB" in out and "-5.40 GiB -> -5.40 GiB" not in out
+
+
+def test_a_request_larger_than_the_scale_is_drawn_to_the_edge(run_cli, tmp_path: Path) -> None:
+    # A shape bug asking 127 TiB of a 23.56 GiB card: the request box ends where the chart does.
+    log = tmp_path / "huge.log"
+    log.write_text(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 130206.04 GiB. GPU 0 has a total capacity of 23.56 GiB of which 16.57 GiB is free. "
+        "Including non-PyTorch memory, this process has 6.98 GiB memory in use. Of the allocated memory 5.41 GiB is allocated by PyTorch, and 476.00 MiB is "
+        "reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
+    )
+    report = tmp_path / "r.html"
+    run_cli("diagnose", str(log), "--format", "html", "-o", str(report))
+    text = report.read_text()
+    [svg_width] = {float(w) for w in re.findall(r'<svg[^>]*\bwidth="([\d.]+)"', text)} or {760.0}
+    widths = [float(w) for w in re.findall(r'width="([\d.]+)"[^>]*class="request"', text)]
+    assert widths and max(widths) <= svg_width

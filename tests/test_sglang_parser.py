@@ -192,17 +192,18 @@ def test_graph_begin_forms_of_2026() -> None:
 
 
 @pytest.mark.parametrize(
-    "text, bs, avail",
+    "text, bs, tokens, avail",
     [
-        ("Capturing batches (bs=160 avail_mem=5.64 GB): 100%|##########| 23/23", 160, 5.64),
-        ("Capturing batches (avail_mem=5.64 GB): 100%|##########| 23/23 [00:06<00:00,  3.6it/s]", None, 5.64),  # 0.4.5-0.4.8
-        ("Capturing num tokens (num_tokens=8192 avail_mem=31.02 GB):  40%|####      | 20/50", 8192, 31.02),  # piecewise, 0.5.4-0.5.20
-        ("Capturing prefill shape (num_tokens=4096 avail_mem=30.50 GB):   5%|5         | 1/20", 4096, 30.50),  # 0.5.21+
+        ("Capturing batches (bs=160 avail_mem=5.64 GB): 100%|##########| 23/23", 160, None, 5.64),
+        ("Capturing batches (avail_mem=5.64 GB): 100%|##########| 23/23 [00:06<00:00,  3.6it/s]", None, None, 5.64),  # 0.4.5-0.4.8
+        # A piecewise or prefill bar counts tokens, not a decode batch size (0.5.4-0.5.20, 0.5.21+).
+        ("Capturing num tokens (num_tokens=8192 avail_mem=31.02 GB):  40%|####      | 20/50", None, 8192, 31.02),
+        ("Capturing prefill shape (num_tokens=4096 avail_mem=30.50 GB):   5%|5         | 1/20", None, 4096, 30.50),
     ],
 )
-def test_capture_progress_bars(text: str, bs: int | None, avail: float) -> None:
+def test_capture_progress_bars(text: str, bs: int | None, tokens: int | None, avail: float) -> None:
     e = one(text)
-    assert (e.kind, e.get("bs"), e.get("avail_bytes")) == (sg.KIND_GRAPH_BAR, bs, g(avail))
+    assert (e.kind, e.get("bs"), e.get("num_tokens"), e.get("avail_bytes")) == (sg.KIND_GRAPH_BAR, bs, tokens, g(avail))
 
 
 def test_prefill_graph_capture_failure_is_a_capture_failure() -> None:
@@ -250,6 +251,16 @@ def test_unbalanced_numbers_renamed_in_2026() -> None:
         "local_gpu_memory * 0.9=67.527"
     )
     assert (e.kind, e.get("min_free_bytes"), e.get("local_free_bytes")) == (sg.KIND_UNBALANCED, g(61.12), g(75.03))
+
+
+def test_a_key_inside_another_value_is_not_the_servers_setting() -> None:
+    e = one(
+        "server_args={'model_path': 'x', 'json_model_override_args': \"{'mem_fraction_static': 0.5}\", 'cuda_graph_config': {'tp_size': 2}, "
+        "'mem_fraction_static': 0.83, 'tp_size': 8}"
+    )
+    assert (e.get("mem_fraction_static"), e.get("tp_size")) == (0.83, 8)
+    r = one("server_args=ServerArgs(model_path='x', json_model_override_args='{\"a\": \"mem_fraction_static=0.5\"}', mem_fraction_static=0.83)")
+    assert r.get("mem_fraction_static") == 0.83
 
 
 def test_server_args_printed_as_a_dict_since_0_5_19() -> None:

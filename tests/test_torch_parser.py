@@ -329,15 +329,15 @@ def test_cached_era_counts_cached_as_what_is_held_beyond_allocated() -> None:
     assert (later["reserved_bytes"], later["reserved_unallocated_bytes"]) == (round(5.54 * GIB), round(5.54 * GIB) - round(4.01 * GIB))
 
 
-@pytest.mark.parametrize("device_char", ["\x01", "\x03", ""])
-def test_torch_2_3_device_printed_as_a_character(device_char: str) -> None:
-    # PyTorch 2.3 printed the int8 device index as a char (fixed by PR 123984); a paste may drop it.
+@pytest.mark.parametrize("device_char, device", [("\x01", 1), ("\x03", 3), ("\t", None), ("", None)])
+def test_torch_2_3_device_printed_as_a_character(device_char: str, device: int | None) -> None:
+    # PyTorch 2.3 printed the int8 device index as a char (fixed by PR 123984): the char is the index,
+    # unless it is a blank (GPU 9 printed a tab) or a paste dropped it.
     v = parse_oom_message(
         f"CUDA out of memory. Tried to allocate 20.00 MiB. GPU {device_char} has a total capacity of 79.15 GiB of which 3.62 MiB is free. "
         "Process 1234 has 79.13 GiB memory in use. Of the allocated memory 77.20 GiB is allocated by PyTorch, and 1.02 GiB is reserved by PyTorch but unallocated."
     )
-    assert (v["era"], v["capacity_bytes"], v["free_bytes"]) == (2, round(79.15 * GIB), round(3.62 * MIB))
-    assert "device" not in v  # which one is not known
+    assert (v["era"], v["capacity_bytes"], v["free_bytes"], v.get("device")) == (2, round(79.15 * GIB), round(3.62 * MIB), device)
 
 
 def test_a_request_larger_than_any_card_is_kept() -> None:
@@ -416,4 +416,20 @@ def test_driver_and_library_allocation_failures(text: str, source: str) -> None:
     ],
 )
 def test_the_same_checks_for_other_errors_are_no_oom(text: str) -> None:
+    assert [e for e in feed([text]) if e.kind in (KIND_OOM, KIND_DRIVER_OOM)] == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # cuDNN v8's benchmarking warns with the status and goes on (PyTorch 2.3 Conv_v8.cpp).
+        "UserWarning: Plan failed with a cudnnException: CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: cudnnFinalize Descriptor Failed cudnn_status: "
+        "CUDNN_STATUS_ALLOC_FAILED (Triggered internally at ../aten/src/ATen/native/cudnn/Conv_v8.cpp:919.)",
+        "conv algo 3 skipped (CUFFT_ALLOC_FAILED), trying the next one",
+        # NVIDIA's Multi-Process Service, not Apple's MPS backend.
+        "NVIDIA MPS out of memory: server refused client",
+        "GMPS out of memory",
+    ],
+)
+def test_a_mention_of_the_status_is_no_oom(text: str) -> None:
     assert [e for e in feed([text]) if e.kind in (KIND_OOM, KIND_DRIVER_OOM)] == []

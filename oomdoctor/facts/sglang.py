@@ -135,7 +135,8 @@ def _graph_facts(f: Facts, events: list[Event], first_i: int) -> None:
     graph_end = next((e for e in events if e.kind == sg.KIND_GRAPH_END and e.get("mem_usage_bytes") is not None), None)
     if graph_end is not None:
         f.offer("cuda_graph_bytes", graph_end.get("mem_usage_bytes"), graph_end.ref, source=sg.KIND_GRAPH_END)
-    bars = [e for e in events[: first_i + 1] if e.kind == sg.KIND_GRAPH_BAR]
+    # Only a decode bar's bs= is a batch size; a piecewise bar counts tokens.
+    bars = [e for e in events[: first_i + 1] if e.kind == sg.KIND_GRAPH_BAR and e.get("bs") is not None]
     if bars:
         f.set("capture_last_bs", bars[-1].get("bs"), bars[-1].ref)
     f.set("timeline_stage", timeline_stage(events, first_i))

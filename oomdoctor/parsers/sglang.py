@@ -190,10 +190,11 @@ _SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     ),
     # The capture progress bar's description: "Capturing batches (bs=N avail_mem=X GB)"; 0.4.5-0.4.8 without
     # bs=; piecewise graphs "Capturing num tokens (num_tokens=N avail_mem=X GB)", 0.5.21+ "Capturing prefill shape (...)".
+    # A token count is no decode batch size (piecewise graphs have their own limit): its own key.
     (
         KIND_GRAPH_BAR,
         named(("Capturing batches", "Capturing num tokens", "Capturing prefill shape"),
-            rf"Capturing (?:batches|num tokens|prefill shape) \((?:(?:bs|num_tokens)=(?P<bs_n>\d+) )?avail_mem=(?P<avail_gib>{_F}) ?GB\)"
+            rf"Capturing (?:batches|num tokens|prefill shape) \((?:bs=(?P<bs_n>\d+) |num_tokens=(?P<num_tokens_n>\d+) )?avail_mem=(?P<avail_gib>{_F}) ?GB\)"
         ),
         present,
     ),
@@ -374,20 +375,49 @@ def parse_server_args(text: str) -> dict[str, Any]:
     """
     args: dict[str, Any] = {}
     pattern = _ARG_DICT_RE if text.startswith("server_args={") else _ARG_RE
-    for m in pattern.finditer(text):
+    matches = list(pattern.finditer(text))
+    # Only the outer repr's (or dict's) own fields: a key inside another value (an override dict, a JSON
+    # string) is not the server's setting.
+    depths, _ = _nesting(text, [m.start() for m in matches])
+    for m, depth in zip(matches, depths):  # noqa: B905 (one depth per match)
         key, raw = m.group("key_str"), m.group("value_str")
-        if key in args:
+        if key in args or depth != 1:
             continue
         args[key] = python_value(raw)
     args["_has_cuda_graph_max_bs_decode"] = any(k in text for k in ("cuda_graph_max_bs_decode=", "'cuda_graph_max_bs_decode'", "cuda_graph_config"))
     return args
 
 
+_OPENERS = {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}
+
+
+def _nesting(text: str, positions: list[int]) -> tuple[list[int], int]:
+    """The bracket depth at each of ``positions`` (ascending; -1 inside a quoted string) and at the end,
+    brackets inside quotes not counted."""
+    depths: list[int] = []
+    depth, quote, escaped, k = 0, "", False, 0
+    for i, c in enumerate(text):
+        while k < len(positions) and positions[k] == i:
+            depths.append(-1 if quote else depth)  # inside a string is no depth at all
+            k += 1
+        if quote:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        else:
+            depth += _OPENERS.get(c, 0)
+    depths.extend([depth] * (len(positions) - k))
+    return depths, depth
+
+
 def _balanced(args_text: str) -> bool:
-    """Whether a ``server_args=`` text has closed what it opened: ``(`` for the repr, ``{`` for the dict."""
-    if args_text.startswith("server_args={"):
-        return args_text.count("{") <= args_text.count("}")
-    return args_text.count("(") <= args_text.count(")")
+    """Whether a ``server_args=`` text has closed the repr's ``(`` or the dict's ``{`` it opened."""
+    return _nesting(args_text, [])[1] <= 0
 
 
 class SGLangParser:

@@ -55,7 +55,9 @@ _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
 _OOM_START_RE = named(None,
     # Device words of the allocator forks: ROCm (HIP), Ascend (NPU), Intel (XPU; DPCPP in old IPEX), Cambricon
     # (MLU), Moore Threads (MUSA), Apple ("MPS backend out of memory").
-    r"(?P<backend_str>CUDA|HIP|NPU|XPU|MLU|MUSA|DPCPP|MPS)\s*(?:backend\s*)?out\s*of\s*memory\b|(?<![A-Za-z])Out\s*of\s*memory\.\s*Tried\s*to\s*allocate"
+    # A whole word only: "NVIDIA MPS out of memory" is the Multi-Process Service, and Apple's always says "backend".
+    r"(?<![A-Za-z])(?P<backend_str>CUDA|HIP|NPU|XPU|MLU|MUSA|DPCPP|MPS(?=\s*backend))\s*(?:backend\s*)?out\s*of\s*memory\b"
+    r"|(?<![A-Za-z])Out\s*of\s*memory\.\s*Tried\s*to\s*allocate"
     # The allocator body without its header (a re-wrapped or cut paste): a byte size, then the device clause.
     # SGLang's token pool says "Try to allocate N tokens" and never matches.
     r"|(?<![A-Za-z])Tried\s*to\s*allocate\s*\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)\s*[.(]?\s*\(?\s*(?:GPU|NPU|XPU|MLU|device)\s*\d+\s*(?:has|;)"
@@ -68,10 +70,10 @@ _OOM_COMPLETE_RE = lazy(None,
 # A request is read as a request (``_ask``): one larger than any card is the diagnosis, not a misprint.
 _REQUESTED_RE = named("allocate", rf"Tried\s*to\s*allocate\s*(?P<requested_ask>{_SIZE})")
 # Era 2 spells "capacity"; era 1 printed "capacty". PyTorch 2.3 printed the device index as a character
-# (PR 123984): a control character, or nothing once pasted, stands where the number was. Intel's first
-# in-tree XPU allocator printed no "of which ... is free".
+# (PR 123984): that control character is the index (GPU 3 printed \x03); a blank one (GPU 9, a tab) or
+# one a paste dropped leaves it unknown. Intel's first in-tree XPU allocator printed no "of which ... is free".
 _ERA2_RE = named("total",
-    rf"(?:GPU|NPU|XPU|MLU|device)\s*(?P<device_n>\d+)?[\x00-\x1f]?\s*has\s*a\s*total\s*capac(?P<era2_flag>i)?ty\s*of\s*(?P<capacity_size>{_SIZE})"
+    rf"(?:GPU|NPU|XPU|MLU|device)\s*(?P<device_n>\d+)?(?P<device_char_str>[\x00-\x1f])?\s*has\s*a\s*total\s*capac(?P<era2_flag>i)?ty\s*of\s*(?P<capacity_size>{_SIZE})"
     rf"(?:\s*of\s*which\s*(?P<free_size>{_SIZE})\s*is\s*free)?"
 )
 # Intel's extension (IPEX) printed the era-0 form without "free". Before "reserved in total by PyTorch"
@@ -115,9 +117,10 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     # PyTorch <= ~1.10's THC: "cuda runtime error (2) : out of memory at .../THCTensorRandom.cu:25",
     # "THCudaCheck FAIL file=... line=... error=2 : out of memory".
     ("thc", lazy(("cuda runtime error", "THCudaCheck"), r"cuda runtime error \(2\) : out of memory|THCudaCheck FAIL .*: out of memory")),
-    # cuDNN's and cuFFT's workspace and plan allocations: "cuDNN error: CUDNN_STATUS_ALLOC_FAILED".
-    ("cudnn", lazy("CUDNN_STATUS_ALLOC_FAILED", r"CUDNN_STATUS_ALLOC_FAILED")),
-    ("cufft", lazy("CUFFT_ALLOC_FAILED", r"CUFFT_ALLOC_FAILED")),
+    # cuDNN's and cuFFT's workspace and plan allocations, as the error PyTorch raises: "cuDNN error:
+    # CUDNN_STATUS_ALLOC_FAILED" (cuDNN v8's benchmarking warns with the same status and carries on).
+    ("cudnn", lazy("CUDNN_STATUS_ALLOC_FAILED", r"cuDNN error: CUDNN_STATUS_ALLOC_FAILED")),
+    ("cufft", lazy("CUFFT_ALLOC_FAILED", r"cuFFT error: CUFFT_ALLOC_FAILED")),
     ("cumem_allocator", lazy("CUDA Error", r"CUDA Error: out of memory at")),
     ("hip", lazy("hipErrorOutOfMemory", r"hipErrorOutOfMemory")),
     ("cusolver", lazy(None, r"cusolver_status_alloc_failed", re.I)),
@@ -219,6 +222,9 @@ def parse_oom_message(text: str) -> dict:
     if era2:
         v = sizes(era2)
         values["era"] = 2 if v.pop("era2") else 1
+        char = v.pop("device_char", None)
+        if v.get("device") is None and char:
+            v["device"] = ord(char)
         values.update(v)  # device, capacity_bytes, free_bytes
     elif era0:
         v = sizes(era0, _ERA0_IMPLAUSIBLE_ORDER)

@@ -238,9 +238,10 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     (KIND_KV_AVAILABLE, named('Available KV cache memory', rf"Available KV cache memory: (?P<kv_gib>{_F}) GiB"), None),
     (
         KIND_KV_TOKENS,
-        # 0.30+: the accelerator's name ("XPU", "TPU") or "GPU + host" (hisparse); a CPU KV line (offloading) is not the device's pool.
+        # 0.30+: the accelerator's name ("XPU", "TPU"). Not read: a CPU KV line (offloading), and 0.32+'s
+        # "GPU + host" (hisparse), which may count host tokens: neither is the device's pool.
         named('KV cache size',
-            rf"(?:GPU(?: \+ host)?|XPU|TPU|HPU|NPU) KV cache size: (?P<kv_tokens_n>{_N}) tokens"
+            rf"(?<![\w+])(?:GPU|XPU|TPU|HPU|NPU) KV cache size: (?P<kv_tokens_n>{_N}) tokens"
             rf"(?:, Maximum concurrency for (?P<max_model_len_n>{_N}) tokens per request: (?P<concurrency_f>{_F})x)?"
         ),
         present,

@@ -178,7 +178,8 @@ def budget_bars(bars: list[dict[str, Any]], chart_id: str = "budget-chart", layo
         if req and req.get("requested_bytes") is not None:
             free = req.get("free_bytes") or 0
             wf = inner * free / scale_max
-            wr = inner * req["requested_bytes"] / scale_max
+            # A request larger than the whole scale (127 TiB asked of an 80 GiB card) is drawn to the edge.
+            wr = min(inner * req["requested_bytes"] / scale_max, inner)
             rows.append(f'<text x="{left - 8:.1f}" y="{y + 9:.1f}" text-anchor="end" class="lbl small">failed request</text>')
             rows.append(
                 f'<rect x="{left:.1f}" y="{y:.1f}" width="{max(wf, 0.5):.1f}" height="6" fill="{FREE_AT_FAILURE_COLOR}" class="free-at-failure">'
