@@ -389,29 +389,29 @@ def parse_server_args(text: str) -> dict[str, Any]:
 
 
 _OPENERS = {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}
+# A quoted string (skipped whole) or a bracket: a repr is walked token by token, not character by character.
+_NESTING_TOKENS = lazy(None, r"""'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|[()\[\]{}]""")
 
 
 def _nesting(text: str, positions: list[int]) -> tuple[list[int], int]:
-    """The bracket depth at each of ``positions`` (ascending; -1 inside a quoted string) and at the end,
-    brackets inside quotes not counted."""
+    """The bracket depth at each of ``positions`` (ascending; -1 inside a quoted string other than at its
+    opening quote) and at the end; brackets inside quotes are not counted."""
     depths: list[int] = []
-    depth, quote, escaped, k = 0, "", False, 0
-    for i, c in enumerate(text):
-        while k < len(positions) and positions[k] == i:
-            depths.append(-1 if quote else depth)  # inside a string is no depth at all
+    depth, k, n = 0, 0, len(positions)
+    for m in _NESTING_TOKENS.finditer(text):
+        start = m.start()
+        while k < n and positions[k] < start:
+            depths.append(depth)
             k += 1
-        if quote:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == quote:
-                quote = ""
-        elif c in "'\"":
-            quote = c
+        token = m.group()
+        if token[0] in "'\"":
+            end = m.end()
+            while k < n and positions[k] < end:
+                depths.append(depth if positions[k] == start else -1)
+                k += 1
         else:
-            depth += _OPENERS.get(c, 0)
-    depths.extend([depth] * (len(positions) - k))
+            depth += _OPENERS[token]
+    depths.extend([depth] * (n - k))
     return depths, depth
 
 
