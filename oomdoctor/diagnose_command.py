@@ -36,7 +36,8 @@ def run(paths: tuple[str, ...], fmt: str = "text", output: str | None = None, bu
         refuse_outputs_among_inputs(inputs, output, bundle)
         rules = load_rules(rules_dirs)
         result = run_diagnosis(inputs, rules=rules, system=system)
-        view = build_view(result, redact=not no_redact)
+        # The JSON and Prometheus reports are the contract alone; the charts are built for the others and a bundle.
+        view = build_view(result, redact=not no_redact, report=bool(bundle) or fmt not in ("json", "prometheus"))
         docs = {r.id: r.docs for r in rules}
         report = safe_output(fmt, render(fmt, view, docs, not no_redact))
         for stats in result.inputs:

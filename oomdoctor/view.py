@@ -12,7 +12,6 @@ from oomdoctor.diagnosis import Diagnosis
 from oomdoctor.facts import Facts
 from oomdoctor.readings import Readings
 from oomdoctor.redact import redact_obj
-from oomdoctor.render.bars import SEGMENTS, sglang_bar, vllm_bar
 from oomdoctor.units import floor_to
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
@@ -20,13 +19,18 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def build_view(d: Diagnosis, redact: bool = True) -> dict[str, Any]:
+def build_view(d: Diagnosis, redact: bool = True, report: bool = True) -> dict[str, Any]:
+    """The view; ``report=False`` leaves out what only the drawn reports read (a JSON or Prometheus
+    report is the contract alone: building the charts for it would be thrown away)."""
     data = to_dict(d)
-    data["report"] = _report(d, data)
+    if report:
+        data["report"] = _report(d, data)
     return redact_obj(data) if redact else data
 
 
 def _report(d: Diagnosis, data: dict[str, Any]) -> dict[str, Any]:
+    from oomdoctor.render.bars import SEGMENTS
+
     f = d.facts
     recs = data["findings"][0]["recommendations"] if data["findings"] else []
     report: dict[str, Any] = {
@@ -98,6 +102,8 @@ def _alternatives(recs: list[dict[str, Any]], role: str) -> list[dict[str, Any]]
 
 
 def _sglang_bars(f: Facts, r: Readings, mfs: float | None = None) -> list[dict[str, Any]]:
+    from oomdoctor.render.bars import sglang_bar
+
     pres = r.of("pre_bytes")
     posts = r.of("post_bytes")
     kvs = r.of("kv_pool_bytes")
@@ -132,6 +138,8 @@ def _card_for(pre: int) -> int:
 
 
 def _vllm_bars(f: Facts, util: float | None = None) -> list[dict[str, Any]]:
+    from oomdoctor.render.bars import vllm_bar
+
     total, u = f.get("capacity_bytes"), util if util is not None else f.get("gpu_memory_utilization")
     if not total or u is None:
         return _torch_bars(f)

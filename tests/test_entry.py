@@ -124,6 +124,7 @@ def test_a_plain_diagnose_imports_no_click(tmp_path: Path) -> None:
     r = subprocess.run([*cmd[:3], ",".join((*FORBIDDEN, "json", "_json")), "--format", "json", str(SMALL)], capture_output=True, text=True, cwd=tmp_path)
     code, loaded = r.stderr.strip().splitlines()[-1].split(" ", 1)
     assert code == "3" and "oomdoctor.render.json_text" in loaded.split()
+    assert "oomdoctor.render.bars" not in loaded.split()  # the charts are not built for a JSON report
     assert not {m for m in loaded.split() if m.split(".")[0] in (*FORBIDDEN, "json", "_json")}
     # The check sees what it should: a module the path does load, dropped first, shows again.
     r = subprocess.run([sys.executable, "-c", IMPORTED, "re,enum", str(SMALL)], capture_output=True, text=True, cwd=tmp_path)
