@@ -271,12 +271,16 @@ def builtin_rule_paths() -> list[str]:
     Run from a source checkout without installing, the package is the bare ``oomdoctor/`` folder and
     the catalogue is the ``rules/`` folder beside it.
     """
-    try:
-        import oomdoctor.rules as shipped  # a plain directory package: no importlib.resources needed
+    installed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rules")
+    if os.path.isfile(os.path.join(installed, "__init__.py")):
+        paths = _toml_files(installed)  # an installed package: its folder, without an import
+    else:
+        try:
+            import oomdoctor.rules as shipped  # mapped elsewhere (an editable install): a plain directory package
 
-        paths = _toml_files(os.path.dirname(shipped.__file__ or ""))
-    except ModuleNotFoundError:
-        paths = _toml_files(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rules"))
+            paths = _toml_files(os.path.dirname(shipped.__file__ or ""))
+        except ModuleNotFoundError:
+            paths = _toml_files(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "rules"))
     return sorted(paths, key=os.path.basename)
 
 

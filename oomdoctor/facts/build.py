@@ -7,12 +7,11 @@ where two give the same fact is not decided by that order but by ``store.PRECEDE
 
 from __future__ import annotations
 
-from oomdoctor.facts import derived, sglang, torch, vllm
-from oomdoctor.facts.collected import collected_facts
+from oomdoctor.facts import derived, sglang, torch
 from oomdoctor.facts.common import failure_flags, resolve_system
 from oomdoctor.facts.phase_facts import phase_facts
-from oomdoctor.facts.reported import reported_facts
 from oomdoctor.facts.store import Facts
+from oomdoctor.issue_input import KIND_REPORTED
 from oomdoctor.parsers import sglang as sg
 from oomdoctor.parsers import torch_oom as tt
 from oomdoctor.runs import Run, dedupe_ooms, implies_kv_failure, is_oom_event
@@ -59,7 +58,11 @@ def build_facts(
     f.set("system_source", source)
     f.set("oom_evident", bool(oom_idx), first.ref)
     sglang.server_args_facts(f, events)
-    reported_facts(f, events)
+    # The builders a log may not need are imported when it does (each import is start-up time).
+    if any(e.kind == KIND_REPORTED for e in events):
+        from oomdoctor.facts.reported import reported_facts
+
+        reported_facts(f, events)
     sglang.startup_facts(f, events, first_i)
     torch.torch_facts(f, events, oom_idx)
     sglang.error_facts(f, events)
@@ -67,8 +70,12 @@ def build_facts(
     derived.budget_facts(f)
     derived.foreign_facts(f, events)
     if detected == "vllm":
+        from oomdoctor.facts import vllm
+
         vllm.vllm_facts(f, events, first_i)
     if collected:
+        from oomdoctor.facts.collected import collected_facts
+
         collected_facts(f, list(collected))
     phase_facts(f, events, oom_idx, line_counts or {}, joined_pieces or {})
     return f
