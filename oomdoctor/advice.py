@@ -7,9 +7,6 @@ value rather than guessing one.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
-
 from oomdoctor import budget, regex_cache
 from oomdoctor.budget import Step
 from oomdoctor.facts import Facts
@@ -18,7 +15,10 @@ from oomdoctor.units import GIB, ceil_to, floor_to, format_bytes
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from typing import Any
+
+    Recommender = Callable[[Facts], list["Recommendation"]]  # defined below
 
 # A recommendation's role among its finding's: the one set to paste, an alternative to it, or a change
 # the budget shows does not work (listed with why, never pasted).
@@ -83,7 +83,7 @@ def _shell_value(value: Any) -> str:
 
 
 # Characters a POSIX shell reads literally in an unquoted word.
-_SHELL_SAFE = regex_cache.compile(r"[\w@%+=:,./-]+", re.ASCII)
+_SHELL_SAFE = regex_cache.compile(r"[\w@%+=:,./-]+", regex_cache.ASCII)
 
 
 def shell_word(text: str) -> str:
@@ -110,7 +110,6 @@ def paste_line(flag: str, value: Any, direction: str) -> str | None:
     return f"# in your script: {flag} = {value}"
 
 
-Recommender = Callable[[Facts], list[Recommendation]]
 _REGISTRY: dict[str, Recommender] = {}
 
 

@@ -10,13 +10,12 @@ file; the CLI maps them to exit codes, nothing here exits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-
 from oomdoctor.diagnosis import Diagnosis
 from oomdoctor.rule_engine import Rule
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
     from typing import Any
 
 

@@ -7,11 +7,9 @@ the command that would provide it.
 
 from __future__ import annotations
 
-import re
-from functools import cache
-
 from oomdoctor import _toml, regex_cache
 from oomdoctor._toml import data_text
+from oomdoctor.memo import memo
 from oomdoctor.records import record
 
 TYPES = ("bool", "bytes", "fraction", "count", "tokens", "int", "number", "str", "list", "object")
@@ -77,12 +75,12 @@ def parse(text: str) -> Catalogue:
     return Catalogue(facts=facts, sources=sources)
 
 
-@cache
+@memo()
 def load() -> Catalogue:
     return parse(data_text("facts.toml"))
 
 
-@cache
+@memo()
 def names() -> frozenset[str]:
     """The declared fact names, read from the table headers alone.
 
@@ -93,7 +91,7 @@ def names() -> frozenset[str]:
     return frozenset(m.strip('"') for m in _HEADER_RE.findall(data_text("facts.toml")))
 
 
-_HEADER_RE = regex_cache.compile(r'^\[facts\.("?[\w]+"?)\]\s*$', re.M)
+_HEADER_RE = regex_cache.compile(r'^\[facts\.("?[\w]+"?)\]\s*$', regex_cache.M)
 
 
 def declared(name: str) -> bool:

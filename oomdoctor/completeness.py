@@ -7,10 +7,12 @@ says it was cut. ``fragment``: a quoted message with next to no log around it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from oomdoctor.evidence import Event, LineRef
 from oomdoctor.records import record
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 # Lines a record may end before the end of the input and still be "where the input stops": the
 # source line under the last frame, a caret line, a blank line or a closing code fence.

@@ -7,9 +7,6 @@ recommendations; the verdict is the last incident's finding whose fix comes firs
 from __future__ import annotations
 
 import os
-import re
-from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping
 
 from oomdoctor import __version__, advice, budget, collected, confidence, regex_cache
 from oomdoctor import phase as phase_step
@@ -46,9 +43,17 @@ from oomdoctor.scan import scan_lines
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:  # imported where used: one small log needs neither the node nor the monitoring step
+    import re
+    from collections import OrderedDict, deque
+    from collections.abc import Iterable, Mapping
     from typing import Any
 
     from oomdoctor import nodes as nodes_mod
+else:
+    try:  # the C types collections re-exports: importing collections costs a start ~1 ms
+        from _collections import OrderedDict, deque
+    except ImportError:  # pragma: no cover - another implementation
+        from collections import OrderedDict, deque
 
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS))
 SYSTEMS = ("sglang", "vllm", "torch")

@@ -12,10 +12,10 @@ accepts, and that the option table below matches the click command's.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from typing import Any
 
 # The diagnose options the fast path reads: option string -> (parameter, allowed values or None for

@@ -3,11 +3,10 @@ diagnosis names from the total capacity a log reports."""
 
 from __future__ import annotations
 
-from functools import cache
-
 from oomdoctor import _toml
 from oomdoctor._toml import data_text
 from oomdoctor.errors import GpuNotFound
+from oomdoctor.memo import memo
 from oomdoctor.records import record
 from oomdoctor.units import GIB, MIB
 
@@ -31,7 +30,7 @@ class CardClass:
     typical_bytes: int
 
 
-@cache
+@memo()
 def _table() -> dict[str, Any]:
     # Read from the package folder directly: importlib.resources would cost the diagnose path an import.
     return _toml.loads(data_text("gpus.toml"))

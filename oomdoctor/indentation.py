@@ -10,7 +10,10 @@ spaces, source lines at four) is already as the interpreter printed it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 _BLANK = b" \t\r"
 

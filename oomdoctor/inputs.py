@@ -8,10 +8,8 @@ damaged compressed stream yields what was decoded before the damage and is repor
 from __future__ import annotations
 
 import os
-import re
 import stat
 import sys
-from collections.abc import Callable, Iterator
 
 from oomdoctor import regex_cache
 from oomdoctor.errors import InputError
@@ -19,6 +17,7 @@ from oomdoctor.records import field, record
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
     from typing import BinaryIO, Protocol
 
     # Only annotations name it: typing (Protocol) stays off the start-up path.
@@ -51,7 +50,7 @@ MONITORING_SUFFIXES = (".prom", ".metrics")
 # app.log-20260301[.gz] (dateext, older dates first); the live file comes after its rotations.
 _ROTATED_RE = regex_cache.compile(
     r"^(?P<base>.+?\.(?:log|txt|out|err|stderr|stdout))(?:\.(?P<num>\d{1,6})|-(?P<date>\d{8}(?:\d{2,6})?))?(?:\.(?:gz|bz2|xz))?$",
-    re.IGNORECASE,
+    regex_cache.IGNORECASE,
 )
 # oomdoctor's own hidden files (`run`'s lock, temporary files of a write in progress): not warned about.
 OWN_HIDDEN_PREFIX = ".oomdoctor"

@@ -7,19 +7,20 @@ as events of kind KIND_REPORTED. Anything else streams through unchanged.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Iterator
-
 from oomdoctor import regex_cache
 from oomdoctor.evidence import Event, LineRef
 from oomdoctor.limits import whole_if_small
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
 
 KIND_REPORTED = "reported_fact"
 # An issue body to triage is small; larger inputs are logs and stream as they are.
 ISSUE_MAX_BYTES = 4 << 20
 _ISSUE_SUFFIXES = (".md", ".markdown", ".mdown")
 # A superset of issue_body._DETAILS_OPEN_RE's matches (same flags, no \b).
-_DETAILS_RE = regex_cache.compile(r"<details", re.I)
+_DETAILS_RE = regex_cache.compile(r"<details", regex_cache.I)
 
 
 _NOT_JSON = object()

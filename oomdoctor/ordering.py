@@ -8,9 +8,12 @@ before scanning, and the input says so. Large inputs stream as they are (an expo
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 
 from oomdoctor import regex_cache
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # At least this many timestamped lines, and this share of decreasing steps between them.
 _MIN_STAMPS = 5

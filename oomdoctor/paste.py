@@ -12,12 +12,14 @@ applies calls its note, so the input says what was done to it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-
 from oomdoctor.indentation import dedent
 from oomdoctor.limits import whole_if_small
 from oomdoctor.ordering import oldest_first
 from oomdoctor.unwrap import unwrap
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
 
 PASTE_MAX_BYTES = 8 << 20
 

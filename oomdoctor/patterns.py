@@ -11,13 +11,12 @@ one trying every pattern in order would have found.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator
-
 from oomdoctor import regex_cache
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
+    import re
+    from collections.abc import Callable, Iterator
     from typing import Any, Generic, TypeVar
 else:
     # Dispatch is generic for the type checker only; at run time a subscripted base is the plain class

@@ -8,8 +8,6 @@ milestones, loader or capture progress, serving traffic), nothing. The tables ar
 
 from __future__ import annotations
 
-from functools import cache
-
 from oomdoctor import _toml, regex_cache
 from oomdoctor._toml import data_text
 from oomdoctor.evidence import Event, LineRef
@@ -132,9 +130,13 @@ def _scoped(source: str) -> str:
     return f"(?{m.group(1)}:{source[m.end():]})" if m else source
 
 
-@cache
+_tables: list[Tables] = []  # parsed once per process (functools.cache without importing functools)
+
+
 def tables() -> Tables:
-    return parse_tables(data_text("phases.toml"))
+    if not _tables:
+        _tables.append(parse_tables(data_text("phases.toml")))
+    return _tables[0]
 
 
 def classify_frames(frames: tuple[tuple[str, str], ...] | list[tuple[str, str]] | None) -> str | None:

@@ -7,10 +7,12 @@ or a timestamp; the message that is left is what parsers read.
 
 from __future__ import annotations
 
-import re
-
 from oomdoctor import regex_cache
 from oomdoctor.records import record
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    import re
 
 # Real ESC sequences, and the same codes pasted as caret text ("^[[0;36m") by people copying
 # from a terminal or a web console.
@@ -43,13 +45,13 @@ def _sglang_rank(tags: str) -> str | None:
 
 def _vllm_proc_rank(name: str, attrs: str) -> str | None:
     # (VllmWorker rank=3 pid=N) -> rank3; (Worker_TP0_EP0 pid=N) -> TP0 EP0; (EngineCore_DP0 ...) -> DP0
-    m = re.search(r"rank=(\d+)", attrs)
+    m = regex_cache.compile(r"rank=(\d+)").search(attrs)
     if m:
         return f"rank{m.group(1)}"
-    parts = [p for p in name.split("_")[1:] if re.fullmatch(r"(?:DP|TP|PP|EP|DCP|PCP)\d+", p)]
+    parts = [p for p in name.split("_")[1:] if regex_cache.compile(r"(?:DP|TP|PP|EP|DCP|PCP)\d+").fullmatch(p)]
     if parts:
         return " ".join(parts)
-    m = re.search(r"pid=(\d+)", attrs)
+    m = regex_cache.compile(r"pid=(\d+)").search(attrs)
     if name.startswith(("VllmWorkerProcess", "RayWorkerWrapper", "Worker")) and m:
         return f"pid{m.group(1)}"
     return None
@@ -189,7 +191,7 @@ def split_prefix(raw: str) -> Stripped:
             elif name in ("vllm_proc", "vllm_level"):
                 system = system or "vllm"
             if name == "vllm_proc":
-                ip = re.search(r"\bip=([0-9a-fA-F.:]+)", groups["attrs"])
+                ip = regex_cache.compile(r"\bip=([0-9a-fA-F.:]+)").search(groups["attrs"])
                 if ip and node is None:
                     node, node_source = ip.group(1), "ray prefix"
                 tag = _vllm_proc_rank(groups["name"], groups["attrs"])

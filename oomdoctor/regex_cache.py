@@ -18,18 +18,41 @@ built from the cache compares equal to ``re.compile``'s (CPython compares patter
 and opcodes): tests/test_regex_cache.py checks every pattern a diagnosis of each fixture uses.
 
 What this run compiled that the entry lacked is written back once, at exit (``disk_cache.Table``).
+
+Nothing here imports ``re`` until a pattern must be compiled afresh: ``import re`` costs ~4 ms of a
+start (it imports enum, functools and collections), a third of what a small log's diagnosis costs.
+So the flags callers pass and ``escape`` are here too, with the values and behaviour of ``re``'s
+(tests compare them), and a warm start builds every pattern with ``_sre`` alone.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 
 from oomdoctor import disk_cache
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
+    import re
     from typing import Any, AnyStr
+
+# re.RegexFlag's values, as plain ints (an int is what _sre takes, and what re.compile accepts).
+IGNORECASE = I = 2  # noqa: E741 - the name re gives it
+MULTILINE = M = 8
+DOTALL = S = 16
+VERBOSE = X = 64
+DEBUG = 128
+ASCII = A = 256
+
+# re.escape's table (CPython 3.7+): a backslash before each of these characters.
+_SPECIAL_CHARS = {i: "\\" + chr(i) for i in b"()[]{}?*+-|^$\\.&~# \t\n\r\v\f"}
+
+
+def escape(pattern: AnyStr) -> AnyStr:
+    """``re.escape``: ``pattern`` with every character a regex would read specially escaped."""
+    if isinstance(pattern, str):
+        return pattern.translate(_SPECIAL_CHARS)
+    return str(pattern, "latin1").translate(_SPECIAL_CHARS).encode("latin1")
 
 # Bump when the cached form changes (it is part of the entry's name).
 _FORMAT = b"oomdoctor-regex-cache-2"
@@ -40,14 +63,14 @@ MAX_PATTERNS = 4096
 _memo: dict[tuple[Any, int], Any] = {}  # this process's compiled patterns
 _enabled = sys.implementation.name == "cpython"
 if _enabled:
-    import _sre  # already loaded by re: free
+    import _sre  # built into the interpreter: free
 
     # Packed opcodes are read back as the native unsigned int ("I"): only where that is an opcode's size.
     _enabled = _sre.CODESIZE == 4 and memoryview(bytes(4)).cast("I").itemsize == 4
 
 
 def _build_id() -> bytes:
-    import _sre  # already loaded by re: free
+    import _sre  # built into the interpreter: free
 
     return disk_cache.interpreter_build() + f"|{sys.byteorder}|{_sre.MAGIC}|{_sre.CODESIZE}".encode()
 
@@ -63,11 +86,13 @@ def compile(pattern: AnyStr, flags: int = 0) -> re.Pattern[AnyStr]:
     compiled = _memo.get(memo_key)
     if compiled is not None:
         return compiled
-    cacheable = _enabled and not flags & re.DEBUG
+    cacheable = _enabled and not flags & DEBUG
     compiled = _from_table(pattern, flags) if cacheable else None
     if compiled is None and cacheable:
         compiled = _build(pattern, flags)
     if compiled is None:
+        import re
+
         compiled = re.compile(pattern, flags)
     _memo[memo_key] = compiled
     return compiled

@@ -8,7 +8,6 @@ ever evaluated as code. Evaluation is three-valued: a comparison on a fact that 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 
 from oomdoctor import __version__, _toml, catalogue, disk_cache, regex_cache
 from oomdoctor._toml import data_text
@@ -18,6 +17,7 @@ from oomdoctor.records import field, fields, record
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
 CLASSES = (

@@ -22,15 +22,15 @@ listed first): that is what decides whether the lines above a failure are read t
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
-from functools import lru_cache
 
 from oomdoctor import regex_cache
 from oomdoctor.evidence import Line, LineRef
+from oomdoctor.memo import memo
 from oomdoctor.prefixes import split_prefix, strip_ansi
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
     from typing import Protocol
 
     # The interface every backend below has; only annotations name it, so typing (Protocol) stays off the start-up path.
@@ -147,7 +147,7 @@ class _FindBackend:
         return _first_per_line(chunk, hits)
 
 
-@lru_cache(maxsize=16)
+@memo(maxsize=16)
 def backend(anchors: tuple[bytes, ...], name: str) -> Backend:
     """The backend ``name`` for ``anchors`` (compiled once per process); ImportError when not installed."""
     if name == "hyperscan":
@@ -159,7 +159,7 @@ def backend(anchors: tuple[bytes, ...], name: str) -> Backend:
     raise ValueError(f"{ENV_SCANNER}={name!r}: not one of {', '.join(BACKENDS)}")
 
 
-@lru_cache(maxsize=16)
+@memo(maxsize=16)
 def _best(anchors: tuple[bytes, ...]) -> Backend:
     """The fastest installed backend for large chunks."""
     for name in ("hyperscan", "re2"):

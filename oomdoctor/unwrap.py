@@ -17,11 +17,13 @@ Only small inputs (pastes) are read this way (oomdoctor/paste.py); large logs st
 from __future__ import annotations
 
 import os
-from collections import Counter
-from collections.abc import Callable, Iterator
 
 from oomdoctor import regex_cache
 from oomdoctor.prefixes import split_prefix, strip_ansi
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 # Narrower than any terminal a server log is read in; shorter "widths" are ordinary short lines.
 MIN_WIDTH = 40
@@ -87,7 +89,10 @@ def _chains(lines: list[str], width: int, pad: bool) -> Iterator[tuple[int, int]
 def wrap_width(lines: list[str]) -> int | None:
     """The column a terminal cut these lines at, or None when they do not look cut."""
     pad = padded(lines)
-    lengths = Counter(_length(line, pad) for line in lines)
+    lengths: dict[int, int] = {}  # a Counter without importing collections (start-up cost)
+    for line in lines:
+        n = _length(line, pad)
+        lengths[n] = lengths.get(n, 0) + 1
     if not lengths:
         return None
     width = max(lengths)

@@ -153,3 +153,20 @@ def test_the_entry_is_bounded(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> N
     disk_cache.write_back()
     _restart(monkeypatch)
     assert len(regex_cache.TABLE.data()) == 5 and regex_cache.compile("pattern9").match("pattern9")
+
+
+def test_the_flags_and_escape_are_res() -> None:
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    assert (regex_cache.I, regex_cache.IGNORECASE, regex_cache.M, regex_cache.MULTILINE, regex_cache.S, regex_cache.DOTALL) == (re.I, re.I, re.M, re.M, re.S, re.S)
+    assert (regex_cache.X, regex_cache.A, regex_cache.ASCII, regex_cache.DEBUG) == (re.X, re.A, re.A, re.DEBUG)
+
+    @given(st.text(), st.binary())
+    def same(text: str, data: bytes) -> None:
+        assert regex_cache.escape(text) == re.escape(text)
+        assert regex_cache.escape(data) == re.escape(data)
+
+    same()
+    every = "".join(chr(c) for c in range(0x300))
+    assert regex_cache.escape(every) == re.escape(every) and regex_cache.escape(bytes(range(256))) == re.escape(bytes(range(256)))

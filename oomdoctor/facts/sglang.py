@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from oomdoctor import budget
 from oomdoctor.evidence import Event, LineRef
 from oomdoctor.facts.common import first, min_event, occurrences, timeline_stage
@@ -12,6 +10,7 @@ from oomdoctor.parsers import sglang as sg
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 _MM_HINTS = ("VL", "Omni", "Vision", "Llava", "LLaVA", "Qwen2_5_VL", "Gemma3ForConditional", "Mllama", "InternVL", "MiniCPMV")

@@ -29,15 +29,14 @@ never shifts another group. ``named`` checks the suffixes when a pattern is decl
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-
 from oomdoctor import regex_cache
 from oomdoctor.patterns import LazyRegex, Needle, lazy
 from oomdoctor.units import UnitError, gib_to_bytes, is_plausible_device_bytes, mib_to_bytes, parse_size_bytes
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
+    import re
+    from collections.abc import Callable
     from typing import Any
 
     _Converter = Callable[[str], Any]

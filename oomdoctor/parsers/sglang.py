@@ -6,8 +6,6 @@ alternative per era where the wording changed. SGLang prints "GB" but divides by
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from oomdoctor.evidence import Event, Line
 from oomdoctor.parsers.captures import NUM, named, present, typed
 from oomdoctor.parsers.python_values import python_value
@@ -15,6 +13,7 @@ from oomdoctor.patterns import Dispatch, LazyRegex, lazy
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     _Shape = Callable[[dict[str, Any]], dict[str, Any]]

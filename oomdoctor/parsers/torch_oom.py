@@ -7,14 +7,22 @@ mid-word or re-wrapped by hand, and continuation lines are joined without a sepa
 
 from __future__ import annotations
 
-import re
-from collections import deque
-
 from oomdoctor import phase as phase_tables
+from oomdoctor import regex_cache
 from oomdoctor.evidence import Event, Line, LineRef, ProcessUsage
 from oomdoctor.parsers.captures import named, typed
 from oomdoctor.parsers.frames import FRAME_LINE
 from oomdoctor.patterns import Dispatch, LazyRegex, lazy
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    import re
+    from collections import deque
+else:
+    try:  # the C type collections re-exports: importing collections costs a start ~1 ms
+        from _collections import deque
+    except ImportError:  # pragma: no cover - another implementation
+        from collections import deque
 
 KIND_OOM = "torch_oom"
 KIND_DRIVER_OOM = "driver_oom"
@@ -94,7 +102,7 @@ _ERA0_IMPLAUSIBLE_ORDER = ("capacity_bytes", "free_bytes", "allocated_bytes", "r
 _EXC_RE = lazy(None, r"([A-Za-z_][\w.]*(?:Error|Exception))\s*(?::|\(\s*['\"])\s*(?:[\w ]+:\s*)?$")
 
 _WRAPPERS: tuple[tuple[str, LazyRegex], ...] = (
-    ("cuda_graph_capture", lazy(None, r"Capture cuda graph failed|CUDA graph capture failed|capture failed", re.I)),
+    ("cuda_graph_capture", lazy(None, r"Capture cuda graph failed|CUDA graph capture failed|capture failed", regex_cache.I)),
     ("repr", lazy(None, r"OutOfMemoryError\(\s*['\"]")),
     ("json_body", lazy(None, r"\{\s*\"(?:error|detail|message)\"")),
     ("worker", lazy(None, r"Worker failed with error")),
@@ -123,7 +131,7 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     ("cufft", lazy("CUFFT_ALLOC_FAILED", r"cuFFT error: CUFFT_ALLOC_FAILED")),
     ("cumem_allocator", lazy("CUDA Error", r"CUDA Error: out of memory at")),
     ("hip", lazy("hipErrorOutOfMemory", r"hipErrorOutOfMemory")),
-    ("cusolver", lazy(None, r"cusolver_status_alloc_failed", re.I)),
+    ("cusolver", lazy(None, r"cusolver_status_alloc_failed", regex_cache.I)),
     ("nvrm", lazy("NV_ERR_NO_MEMORY", r"NVRM.*NV_ERR_NO_MEMORY|Out of memory \[NV_ERR_NO_MEMORY\]")),
     # TensorRT-LLM's buffers: "CUDA runtime error in ::cudaMallocAsync(...): out of memory".
     ("cuda_malloc", lazy("cudaMalloc", r"cudaMalloc\w*\(.*\):\s*out of memory")),

@@ -7,9 +7,7 @@ negative.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-
+from oomdoctor import regex_cache
 from oomdoctor.evidence import Event, Line
 from oomdoctor.parsers.captures import COUNT, NUM, named, present, typed
 from oomdoctor.parsers.python_values import python_value
@@ -18,6 +16,7 @@ from oomdoctor.units import gib_to_bytes
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     _Shape = Callable[[dict[str, Any]], dict[str, Any]]
@@ -366,7 +365,7 @@ def _config_values(text: str, pattern: LazyRegex) -> dict[str, Any]:
             values[key] = value
     sizes = _CAPTURE_SIZES_RE.search(text)
     if sizes:
-        nums = [int(n) for n in re.findall(r"\d+", sizes.group("sizes_str"))]
+        nums = [int(n) for n in regex_cache.compile(r"\d+").findall(sizes.group("sizes_str"))]
         if nums:
             values["max_capture_size"] = max(nums)
     else:
