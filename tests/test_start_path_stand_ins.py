@@ -47,7 +47,8 @@ def test_exit_codes_are_the_intenum_mypy_reads() -> None:
     for name, value in members.items():
         code, ref = getattr(ExitCode, name), reference[name]
         assert (int(code), code.name, code.value) == (value, name, value)
-        assert (repr(code), str(code), f"{code}", code == value, hash(code) == hash(value)) == (repr(ref), str(ref), f"{ref}", True, True)
+        assert (repr(code), f"{code}", code == value, hash(code) == hash(value)) == (repr(ref), f"{ref}", True, True)
+        assert str(code) == str(value)  # as IntEnum's from 3.11 (3.10's said "ExitCode.NAME"; nothing prints it)
     assert sorted(n for n in vars(ExitCode) if n.isupper()) == sorted(members)
 
 
