@@ -311,7 +311,7 @@ def load_rules(extra_dirs: Iterable[str] = (), known_advice: Iterable[str] | Non
     cached = disk_cache.read(name)
     if isinstance(cached, list):
         try:
-            return [Rule(*fields) for fields in cached]
+            return [Rule(*row) for row in cached]  # not "fields": 3.12 inlines comprehensions, and the name is the function used below
         except TypeError:  # not the shape a Rule takes: validate afresh
             pass
     rules: list[Rule] = []
