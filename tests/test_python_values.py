@@ -63,3 +63,13 @@ def test_server_args_values_keep_their_types() -> None:
     args = parse_server_args("server_args=ServerArgs(model_path='/m/Qwen', tp_size=4, mem_fraction_static=0.85, disable_cuda_graph=False, chunked_prefill_size=None, attention_backend=None)")
     assert args["model_path"] == "/m/Qwen" and args["tp_size"] == 4 and args["mem_fraction_static"] == 0.85
     assert args["disable_cuda_graph"] is False and args["chunked_prefill_size"] is None
+
+
+def test_an_invalid_escape_warns_nobody() -> None:
+    import warnings
+
+    from oomdoctor.parsers.python_values import python_value
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a SyntaxWarning (3.12+) or DeprecationWarning (3.10-3.11) would raise here
+        assert python_value(r"'C:\pth\mdl'") == "C:\\pth\\mdl"  # \p, \m: invalid escapes, kept

@@ -41,8 +41,13 @@ def python_value(raw: str) -> Any:
     if raw[:1].isalpha() or raw[:1] == "_":
         return raw  # a name, not a literal: the text stays, as literal_eval's ValueError left it
     import ast
+    import warnings
 
     try:
-        return ast.literal_eval(raw)
+        # An invalid escape ('C:\\path' from a log) warns on stderr (DeprecationWarning, SyntaxWarning from
+        # 3.12): the value is read as Python reads it, and the warning is not the user's concern.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.literal_eval(raw)
     except (ValueError, SyntaxError):
         return raw
