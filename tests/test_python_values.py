@@ -19,7 +19,7 @@ VALUE = r"'(?:[^'\\]|\\.)*'|\"[^\"]*\"|\[[^\]]*\]|[\w.+/-]+"
 
 def reference(raw: str) -> Any:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # invalid escapes hypothesis makes up
+        warnings.simplefilter("ignore")  # invalid escapes hypothesis makes up (DeprecationWarning; SyntaxWarning from 3.12)
         try:
             return ast.literal_eval(raw)
         except (ValueError, SyntaxError, MemoryError, RecursionError):
