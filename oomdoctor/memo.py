@@ -28,7 +28,7 @@ def memo(maxsize: int | None = None) -> Callable[[Callable[P, T]], Callable[P, T
                 pass
             value = results[args] = fn(*args, **kwargs)
             if maxsize is not None and len(results) > maxsize:
-                del results[next(iter(results))]
+                results.pop(next(iter(results)), None)  # another thread may have dropped it first
             return value
 
         cached.__name__ = getattr(fn, "__name__", "cached")

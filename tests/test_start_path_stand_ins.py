@@ -18,24 +18,27 @@ def test_each_redaction_template_expands_as_re_would() -> None:
     rules = {name: (pattern, repl) for name, pattern, repl in redact._RULES}
     assert set(redact._TEMPLATES) == {name for name, (_, repl) in rules.items() if isinstance(repl, str) and "\\" in repl}
     samples = {
-        "bearer": "Authorization: Bearer abcdefghijklmnop",
-        "url_userinfo": "pulled from https://user:pass@example.com/repo",
-        "flag": "--api-key sk-abcdefghijklmnopqrstuv",
-        "env": "HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz",
-        "authorization": "authorization: Basic dXNlcjpwYXNzd29yZA==",
+        "bearer": ["Authorization: Bearer abcdefghijklmnop"],
+        "url_userinfo": ["pulled from https://user:pass@example.com/repo"],
+        "flag": ["--api-key sk-abcdefghijklmnopqrstuv", "--hf-token=hf_abcdefghijklmnopqrstuvwxyz"],
+        "env": ["HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz"],
+        # The optional quote group matched, and not.
+        "authorization": ["authorization: Basic dXNlcjpwYXNzd29yZA==", "{'Authorization': 'Digest username=\"a\", response=\"b\"'}"],
     }
-    checked = 0
+    assert set(samples) == set(redact._TEMPLATES)  # every template has a sample
     for name, template in redact._TEMPLATES.items():
         pattern, repl = rules[name]
-        text = samples.get(name)
-        if text is None:
-            continue
-        m = pattern.compiled.search(text)
-        assert m is not None, name
-        assert template(m) == m.expand(repl), name
-        assert pattern.compiled.sub(template, text) == pattern.compiled.sub(repl, text), name
-        checked += 1
-    assert checked >= 3
+        for text in samples[name]:
+            m = pattern.compiled.search(text)
+            assert m is not None, (name, text)
+            assert template(m) == m.expand(repl), name
+            assert pattern.compiled.sub(template, text) == pattern.compiled.sub(repl, text), name
+
+
+@pytest.mark.parametrize("repl", [r"\g<1>x", r"\10", "a\\nb", r"\\"])
+def test_a_template_this_cannot_expand_is_refused(repl: str) -> None:
+    with pytest.raises(ValueError, match="group references"):
+        redact._template(repl)
 
 
 def test_exit_codes_are_the_intenum_mypy_reads() -> None:
@@ -50,6 +53,19 @@ def test_exit_codes_are_the_intenum_mypy_reads() -> None:
         assert (repr(code), f"{code}", code == value, hash(code) == hash(value)) == (repr(ref), f"{ref}", True, True)
         assert str(code) == str(value)  # as IntEnum's from 3.11 (3.10's said "ExitCode.NAME"; nothing prints it)
     assert sorted(n for n in vars(ExitCode) if n.isupper()) == sorted(members)
+
+
+def test_exit_codes_answer_as_an_enum_does() -> None:
+    import pickle
+
+    assert ExitCode(3) is ExitCode.OOM_DIAGNOSED and ExitCode(ExitCode.USAGE) is ExitCode.USAGE
+    with pytest.raises(ValueError):
+        ExitCode(99)
+    assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 4, 5, 130] and len(ExitCode) == 7
+    assert ExitCode.USAGE in ExitCode and ExitCode["USAGE"] is ExitCode.USAGE and set(ExitCode.__members__) >= {"NO_OOM", "INTERRUPTED"}
+    assert pickle.loads(pickle.dumps(ExitCode.INCONCLUSIVE)) is ExitCode.INCONCLUSIVE
+    with pytest.raises(AttributeError):
+        ExitCode.USAGE.name = "OTHER"  # type: ignore[misc]
 
 
 def test_memo_remembers_by_arguments_and_drops_the_oldest_past_its_size() -> None:
