@@ -172,15 +172,7 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
                 "--mem-fraction-static",
                 None,
                 "raise",
-                (
-                    "The sliding-window (SWA) pool's fixed share left no room for the full KV pool; raise y, or as SGLang says reduce "
-                    "--max-running-requests or lower SGLANG_SWA_EVICTION_INTERVAL. The log lacks the server_args line (the y in use) to compute a value."
-                    if swa and pre and post is not None and window is not None
-                    else "The engine's message leaves the KV budget positive but too small; raise y. The log lacks the server_args line (the y in use) to compute a value."
-                    if pre and post is not None and window is not None
-                    else "The KV budget y*pre - weights was not positive; raise y. The log lacks 'Load weight begin/end ... avail mem=' lines to compute the value"
-                    + (", and the server_args line that gives the y in use." if mfs is None else ".")
-                ),
+                _no_value_why(swa, have_window=bool(pre) and post is not None and window is not None, have_mfs=mfs is not None),
                 current=mfs,
             )
         ]
@@ -211,12 +203,13 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
                 derivation=tuple(steps),
             )
         ]
+    finer = False
     if mfs is not None and choice <= mfs:
         # The round value is no raise (a sliding-window pool's error at a y already near the top): a finer
         # step above the y in use, if the window's top leaves one.
-        finer = budget.raise_in_window(window, mfs)
-        if finer is not None:
-            choice = finer
+        above = budget.raise_in_window(window, mfs)
+        if above is not None:
+            choice, finer = above, True
     if mfs is not None and choice <= mfs:
         return [
             Recommendation(
@@ -234,7 +227,7 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
         ]
     at_choice = budget.sglang_kv_derivation(pre, post, choice)
     steps.extend(at_choice.steps)
-    rule = "largest multiple of 0.05 (else 0.01, else 0.001) inside the window" + (f" and above {mfs:g}" if mfs is not None and choice != budget.choose_in_window(window) else "")
+    rule = "largest multiple of 0.05 (else 0.01, else 0.001) inside the window" + (f" and above {mfs:g}" if finer else "")
     steps.append(Step("recommended y", rule, choice, "fraction"))
     at_current = (
         f"At y={mfs:g} the static share y*pre is smaller than the weights, so the KV budget is {_g(f.get('kv_budget_bytes'))}"
@@ -246,6 +239,19 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
         f"{_g(at_choice.value)}, and (1-y)*pre = {_g(budget.sglang_dynamic_region_bytes(pre, choice))} stays for activations."
     )
     return [Recommendation("--mem-fraction-static", choice, "raise", why, current=mfs, derivation=tuple(steps))]
+
+
+def _no_value_why(swa: bool, have_window: bool, have_mfs: bool) -> str:
+    """Why raise-mem-fraction-static gives no value: what the log lacks for one."""
+    if have_window and swa:
+        return (
+            "The sliding-window (SWA) pool's fixed share left no room for the full KV pool; raise y, or as SGLang says reduce "
+            "--max-running-requests or lower SGLANG_SWA_EVICTION_INTERVAL. The log lacks the server_args line (the y in use) to compute a value."
+        )
+    if have_window:
+        return "The engine's message leaves the KV budget positive but too small; raise y. The log lacks the server_args line (the y in use) to compute a value."
+    lacks = ", and the server_args line that gives the y in use." if not have_mfs else "."
+    return "The KV budget y*pre - weights was not positive; raise y. The log lacks 'Load weight begin/end ... avail mem=' lines to compute the value" + lacks
 
 
 def _tp_flag(f: Facts) -> str:

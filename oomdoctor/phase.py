@@ -11,6 +11,7 @@ from __future__ import annotations
 from oomdoctor import _toml, regex_cache
 from oomdoctor._toml import data_text
 from oomdoctor.evidence import Event, LineRef
+from oomdoctor.memo import memo
 from oomdoctor.patterns import LazyRegex
 from oomdoctor.records import record
 
@@ -130,13 +131,9 @@ def _scoped(source: str) -> str:
     return f"(?{m.group(1)}:{source[m.end():]})" if m else source
 
 
-_tables: list[Tables] = []  # parsed once per process (functools.cache without importing functools)
-
-
+@memo()
 def tables() -> Tables:
-    if not _tables:
-        _tables.append(parse_tables(data_text("phases.toml")))
-    return _tables[0]
+    return parse_tables(data_text("phases.toml"))
 
 
 def classify_frames(frames: tuple[tuple[str, str], ...] | list[tuple[str, str]] | None) -> str | None:

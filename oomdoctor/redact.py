@@ -291,7 +291,8 @@ def _header_replacement(m: re.Match[str]) -> str:
     return f"{quote}{name}{quote}{sep}{value_quote}{REDACTED}{value_quote}"
 
 
-_REPLACERS: dict[str, Any] = {"kv": _kv_replacement, "header": _header_replacement}
+# A rule's replacement when it is no plain text: its function, or its group-reference template expanded.
+_REPLACERS: dict[str, Any] = {**_TEMPLATES, "kv": _kv_replacement, "header": _header_replacement}
 
 
 # Case-insensitive rules are tried only when the lower-cased line holds one of their words.
@@ -320,7 +321,7 @@ def _redact_secrets(text: str) -> str:
         needles = _LOWER_NEEDLES.get(name)
         if needles is not None and not any(n in lowered for n in needles):
             continue
-        text = pattern.sub(_REPLACERS.get(name) or _TEMPLATES.get(name, repl), text)
+        text = pattern.sub(_REPLACERS.get(name, repl), text)
     return text
 
 

@@ -409,19 +409,11 @@ def test_driver_and_library_allocation_failures(text: str, source: str) -> None:
 @pytest.mark.parametrize(
     "text",
     [
+        # The same checks for other errors.
         "RuntimeError: CUDA driver error: invalid argument",
         "RuntimeError: HIP error: invalid device function",
         "NCCL WARN Cuda failure 1 'invalid argument'",
         "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED",
-    ],
-)
-def test_the_same_checks_for_other_errors_are_no_oom(text: str) -> None:
-    assert [e for e in feed([text]) if e.kind in (KIND_OOM, KIND_DRIVER_OOM)] == []
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
         # cuDNN v8's benchmarking warns with the status and goes on (PyTorch 2.3 Conv_v8.cpp).
         "UserWarning: Plan failed with a cudnnException: CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: cudnnFinalize Descriptor Failed cudnn_status: "
         "CUDNN_STATUS_ALLOC_FAILED (Triggered internally at ../aten/src/ATen/native/cudnn/Conv_v8.cpp:919.)",
@@ -431,5 +423,5 @@ def test_the_same_checks_for_other_errors_are_no_oom(text: str) -> None:
         "GMPS out of memory",
     ],
 )
-def test_a_mention_of_the_status_is_no_oom(text: str) -> None:
+def test_other_errors_and_mentions_of_the_status_are_no_oom(text: str) -> None:
     assert [e for e in feed([text]) if e.kind in (KIND_OOM, KIND_DRIVER_OOM)] == []

@@ -63,19 +63,13 @@ def _scalar(o: Any) -> str | None:
 
 
 def _key(k: Any) -> str:
+    """A key as json writes it: a string as itself, a number, bool or None as its scalar text, quoted."""
     if isinstance(k, str):
         return _string(k)
-    if isinstance(k, float):
-        return '"' + _float(k) + '"'
-    if k is True:
-        return '"true"'
-    if k is False:
-        return '"false"'
-    if k is None:
-        return '"null"'
-    if isinstance(k, int):
-        return '"' + int.__repr__(k) + '"'
-    raise TypeError(f"keys must be str, int, float, bool or None, not {k.__class__.__name__}")
+    text = _scalar(k)
+    if text is None:
+        raise TypeError(f"keys must be str, int, float, bool or None, not {k.__class__.__name__}")
+    return '"' + text + '"'
 
 
 def _encode(o: Any, out: list[str], newline: str) -> None:
