@@ -22,9 +22,7 @@ FORMATS = {"json": "json", "text": "txt", "markdown": "md"}
 def cases() -> list[Path]:
     found = []
     for p in sorted(FIXTURES.rglob("*")):
-        if p.is_file() and p.name.endswith((".log", ".log.gz", ".md", ".txt")) and p.name != "README.md":
-            found.append(p)
-        elif p.is_dir() and p.name.startswith(("pos_", "neg_")):
+        if (p.is_file() and p.name.endswith((".log", ".log.gz", ".md", ".txt")) and p.name != "README.md") or (p.is_dir() and p.name.startswith(("pos_", "neg_"))):
             found.append(p)
     return found
 

@@ -129,8 +129,8 @@ def nvml_sample_cost(samples: int = 2000) -> float:
     import time
 
     sys.path.insert(0, str(HERE.parent / "tests"))
-    from oomdoctor.flight import _Sampler
-    from oomdoctor.nvml import Nvml
+    from oomdoctor.commands.run import _Sampler
+    from oomdoctor.live.nvml import Nvml
 
     import fakes
 
@@ -189,14 +189,14 @@ def main() -> None:
     small_s, pass_s, small_ratio = paired([*oomdoctor_cmd(), str(SMALL)], bare, n=15)
     recorder = recorder_rows(out, args.chatty_mb)
     sample_s = nvml_sample_cost()
-    from oomdoctor.diagnosis import ANCHORS
-    from oomdoctor.scan import scanner_name
+    from oomdoctor.input.scan import scanner_name
+    from oomdoctor.pipeline.diagnosis import ANCHORS
 
     imports = subprocess.run(
         [
             sys.executable,
             "-c",
-            "import sys, oomdoctor.entry, oomdoctor.diagnose_command as d; d.import_pipeline(); "
+            "import sys, oomdoctor.commands.entry, oomdoctor.commands.diagnose as d; d.import_pipeline(); "
             "print(' '.join(m for m in ('torch', 'pynvml', 'click', 'jinja2') if m in sys.modules) or 'none')",
         ],
         capture_output=True,

@@ -1,5 +1,5 @@
 """Allows ``python -m oomdoctor``."""
 
-from oomdoctor.entry import main
+from oomdoctor.commands.entry import main
 
 main()

@@ -4,14 +4,14 @@
     d = diagnose(["server.log"])
     d.verdict_class, d.verdict_confidence, d.evidence.status, d.phase.name
 
-Errors are typed (oomdoctor.errors): InputError for unreadable input, RuleError for a bad rule
+Errors are typed (oomdoctor.base.errors): InputError for unreadable input, RuleError for a bad rule
 file; the CLI maps them to exit codes, nothing here exits.
 """
 
 from __future__ import annotations
 
-from oomdoctor.diagnosis import Diagnosis
-from oomdoctor.rule_engine import Rule
+from oomdoctor.inference.rule_engine import Rule
+from oomdoctor.pipeline.diagnosis import Diagnosis
 
 TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 def load_rules(extra_dirs: Iterable[str] = (), advice_ids: Iterable[str] | None = None) -> list[Rule]:
     """The shipped rules plus those in ``extra_dirs``, validated against the advice registry given."""
-    from oomdoctor.advice import known_advice
-    from oomdoctor.rule_engine import load_rules as _load
+    from oomdoctor.advice.recommenders import known_advice
+    from oomdoctor.inference.rule_engine import load_rules as _load
 
     return _load(tuple(extra_dirs), known_advice() if advice_ids is None else advice_ids)
 
@@ -33,11 +33,11 @@ def diagnose(
     """Diagnose one incident from its inputs (logs, compressed logs, bundle directories, '-' for stdin).
 
     ``rules``: the rule catalogue (default: the shipped one); ``system``: auto, sglang, vllm or torch;
-    ``recommenders``: the advice registry, by name (default: the shipped one, oomdoctor.advice.registry()).
-    Redaction is applied when the Diagnosis is turned into a view (oomdoctor.view.build_view).
+    ``recommenders``: the advice registry, by name (default: the shipped one, oomdoctor.advice.recommenders.registry()).
+    Redaction is applied when the Diagnosis is turned into a view (oomdoctor.report.view.build_view).
     """
-    from oomdoctor import advice
-    from oomdoctor.diagnosis import diagnose as _diagnose
+    from oomdoctor.advice import recommenders as advice
+    from oomdoctor.pipeline.diagnosis import diagnose as _diagnose
 
     table = recommenders if recommenders is not None else advice.registry()
     return _diagnose(list(paths), rules if rules is not None else load_rules(advice_ids=table.keys()), system=None if system == "auto" else system, recommenders=table)

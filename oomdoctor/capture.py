@@ -40,7 +40,7 @@ SITE_DIR = str(Path(__file__).resolve().parent / "_capture_site")
 ENV_DIR = "OOMDOCTOR_CAPTURE_DIR"
 ENV_SNAPSHOT = "OOMDOCTOR_CAPTURE_SNAPSHOT"
 
-# The bundle manifest's header (oomdoctor.collected.manifest_header), kept here so this module needs
+# The bundle manifest's header (oomdoctor.evidence.collected.manifest_header), kept here so this module needs
 # nothing outside the standard library; a test checks the two agree.
 BUNDLE_KIND = "oomdoctor-bundle"
 BUNDLE_VERSION = 1

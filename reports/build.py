@@ -38,8 +38,8 @@ GALLERY = {
 def render(fixture: str, fmt: str) -> str:
     """One report, rendered in-process with paths relative to the repository."""
     from oomdoctor.api import diagnose, load_rules
-    from oomdoctor.render import html, markdown
-    from oomdoctor.view import build_view
+    from oomdoctor.report.render import html, markdown
+    from oomdoctor.report.view import build_view
 
     rules = load_rules()
     cwd = os.getcwd()

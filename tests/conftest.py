@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, settings
 
-from oomdoctor.cli import cli
+from oomdoctor.commands.cli import cli
 
 # Fuzzing is bounded in CI: a fixed example budget per property, no per-example deadline (a cold
 # first example pays for imports). HYPOTHESIS_PROFILE=long runs ten times more locally.
@@ -19,7 +19,7 @@ settings.register_profile("ci", max_examples=150, deadline=None, suppress_health
 settings.register_profile("long", max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# The disk cache (oomdoctor/disk_cache.py: parsed TOML, compiled regexes) of this test session lives in a fresh directory, never
+# The disk cache (oomdoctor/base/disk_cache.py: parsed TOML, compiled regexes) of this test session lives in a fresh directory, never
 # the user's ~/.cache; subprocesses inherit it.
 os.environ.setdefault("OOMDOCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="oomdoctor-test-cache-"))
 
@@ -48,8 +48,8 @@ def run_cli():
 
 @pytest.fixture
 def disk_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty disk-cache directory (oomdoctor/disk_cache.py), looked up afresh, with no table waiting to be written."""
-    from oomdoctor import disk_cache
+    """An empty disk-cache directory (oomdoctor/base/disk_cache.py), looked up afresh, with no table waiting to be written."""
+    from oomdoctor.base import disk_cache
 
     d = tmp_path / "cache"
     monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", str(d))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from oomdoctor import budget
-from oomdoctor.units import GIB, MIB
+from oomdoctor.base.units import GIB, MIB
+from oomdoctor.memory import budget
 
 
 def gib(x: float) -> int:
@@ -149,7 +149,7 @@ def test_halved_batch_size_is_a_multiple_of_8_from_16() -> None:
 
 
 def test_context_and_reserve_constants_live_in_budget() -> None:
-    from oomdoctor import plan
+    from oomdoctor.commands import plan
 
     assert budget.CUDA_CONTEXT_BYTES == 600 * MIB and budget.NCCL_BYTES == 512 * MIB
     assert not hasattr(plan, "CONTEXT_BYTES") and not hasattr(plan, "NCCL_BYTES")

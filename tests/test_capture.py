@@ -217,7 +217,8 @@ def test_the_hook_works_in_a_python_without_oomdoctor(tmp_path: Path, fake_torch
 def test_the_capture_modules_need_only_the_standard_library_of_python_310() -> None:
     import ast
 
-    from oomdoctor import capture, collected
+    from oomdoctor import capture
+    from oomdoctor.evidence import collected
 
     for path in (Path(capture.__file__), Path(capture.SITE_DIR) / "sitecustomize.py"):
         tree = ast.parse(path.read_text(), feature_version=(3, 10))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from oomdoctor import catalogue
-from oomdoctor import facts as facts_module
 from oomdoctor.api import diagnose, load_rules
+from oomdoctor.inference import catalogue
+from oomdoctor.inference import facts as facts_module
 
 from conftest import FIXTURES
 

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor import allocator, procinfo, smi
-from oomdoctor.cli import _exit_code
-from oomdoctor.collect import collect
-from oomdoctor.errors import InputError
-from oomdoctor.outcomes import GpuEvidence
+from oomdoctor.base.errors import InputError
+from oomdoctor.base.outcomes import GpuEvidence
+from oomdoctor.commands.cli import _exit_code
+from oomdoctor.commands.collect import collect
+from oomdoctor.evidence import allocator
+from oomdoctor.live import procinfo, smi
 
 import fakes
 from conftest import FIXTURES
@@ -121,7 +122,7 @@ def test_cli_collect_on_this_machine_and_diagnose_the_bundle(tmp_path: Path) -> 
 
 def test_collect_imports_no_torch(tmp_path: Path) -> None:
     code = (
-        "import sys\nfrom oomdoctor.collect import collect\n"
+        "import sys\nfrom oomdoctor.commands.collect import collect\n"
         f"collect({str(tmp_path / 'b')!r}, smi=None)\n"
         "print(' '.join(m for m in ('torch',) if m in sys.modules) or 'none')\n"
     )

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor.console import atomic_target, write_atomic
-from oomdoctor.errors import OutputError
+from oomdoctor.base.errors import OutputError
+from oomdoctor.report.console import atomic_target, write_atomic
 
 
 def test_a_finished_block_replaces_the_file_with_the_umask_mode(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor import disk_cache
+from oomdoctor.base import disk_cache
 
 from conftest import FIXTURES
 
@@ -51,7 +51,7 @@ def test_names_differ_by_every_part(cache: Path) -> None:
 
 
 RECORDS = """
-from oomdoctor import records
+from oomdoctor.base import records
 from oomdoctor.api import diagnose
 diagnose([{small!r}])
 table = records._init_code()
@@ -72,7 +72,7 @@ def test_a_damaged_record_entry_still_builds_working_records(cache: Path) -> Non
     env = dict(os.environ, OOMDOCTOR_CACHE_DIR=str(cache))
     code = RECORDS.format(small=str(SMALL))
     subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, check=True)
-    from oomdoctor import records
+    from oomdoctor.base import records
 
     entry = cache / (records._init_code().name + disk_cache.ENTRY_SUFFIX)
     sources = marshal.loads(entry.read_bytes())
@@ -82,8 +82,8 @@ def test_a_damaged_record_entry_still_builds_working_records(cache: Path) -> Non
 
 
 def test_the_validated_catalogue_is_served_whole_and_an_edit_is_validated_again(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from oomdoctor import rule_engine
-    from oomdoctor.errors import RuleError
+    from oomdoctor.base.errors import RuleError
+    from oomdoctor.inference import rule_engine
 
     first = rule_engine.load_rules()
     assert len(list(cache.glob("*.marshal"))) >= 2  # the parsed TOML entries and the catalogue's

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from oomdoctor.parsers import sglang as sg
-from oomdoctor.parsers import torch_oom as tt
-from oomdoctor.parsers import vllm as vl
-from oomdoctor.patterns import Dispatch, LazyRegex, lazy
-from oomdoctor.prefixes import split_prefix, strip_ansi
+from oomdoctor.evidence.parsers import sglang as sg
+from oomdoctor.evidence.parsers import torch_oom as tt
+from oomdoctor.evidence.parsers import vllm as vl
+from oomdoctor.input.patterns import Dispatch, LazyRegex, lazy
+from oomdoctor.input.prefixes import split_prefix, strip_ansi
 
 from conftest import FIXTURES
 

@@ -10,8 +10,8 @@ import click
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oomdoctor.cli import diagnose as click_diagnose
-from oomdoctor.entry import DIAGNOSE_DEFAULTS, DIAGNOSE_OPTIONS, parse_diagnose
+from oomdoctor.commands.cli import diagnose as click_diagnose
+from oomdoctor.commands.entry import DIAGNOSE_DEFAULTS, DIAGNOSE_OPTIONS, parse_diagnose
 
 from conftest import FIXTURES
 
@@ -69,7 +69,7 @@ def test_the_common_forms_take_the_fast_path() -> None:
 
 def _both(args: list[str], tmp_path: Path, stdin: bytes | None = None) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
     fast = subprocess.run([sys.executable, "-m", "oomdoctor", *args], capture_output=True, input=stdin, cwd=tmp_path)
-    slow = subprocess.run([sys.executable, "-c", "from oomdoctor.cli import main; main()", *args], capture_output=True, input=stdin, cwd=tmp_path)
+    slow = subprocess.run([sys.executable, "-c", "from oomdoctor.commands.cli import main; main()", *args], capture_output=True, input=stdin, cwd=tmp_path)
     return fast, slow
 
 
@@ -102,7 +102,7 @@ def report(code):
     real_exit(code)
 os._exit = report
 sys.argv = ["oomdoctor", "diagnose", *sys.argv[2:]]
-from oomdoctor.entry import console_main
+from oomdoctor.commands.entry import console_main
 console_main()
 """
 FORBIDDEN = (
@@ -134,21 +134,21 @@ FORBIDDEN = (
 
 def test_a_plain_diagnose_imports_no_click(tmp_path: Path) -> None:
     """Nor what a small log's start does without (issue 15): dataclasses (inspect, ast, dis, tokenize come
-    with it: ~10 ms; oomdoctor.records replaces it), typing (~2 ms; annotations only), ast, zlib, bisect, math, shlex, contextvars,
+    with it: ~10 ms; oomdoctor.base.records replaces it), typing (~2 ms; annotations only), ast, zlib, bisect, math, shlex, contextvars,
     contextlib (~0.4 ms), re with enum, functools and collections (~4 ms); json with --format json."""
     cmd = [sys.executable, "-c", IMPORTED, ",".join(FORBIDDEN), str(SMALL)]
     subprocess.run(cmd, capture_output=True, cwd=tmp_path)  # fills the disk cache (a cold one parses TOML with tomllib)
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
     code, loaded = r.stderr.strip().splitlines()[-1].split(" ", 1)
     imported = set(loaded.split())
-    assert code == "3" and "oomdoctor.diagnosis" in imported
+    assert code == "3" and "oomdoctor.pipeline.diagnosis" in imported
     assert not {m for m in imported if m.split(".")[0] in FORBIDDEN}
-    assert "oomdoctor.outcomes" not in imported  # collect's and plan's enums
+    assert "oomdoctor.base.outcomes" not in imported  # collect's and plan's enums
     # --format json writes through render.json_text: json's import compiles six patterns (~1.3 ms).
     r = subprocess.run([*cmd[:3], ",".join((*FORBIDDEN, "json", "_json")), "--format", "json", str(SMALL)], capture_output=True, text=True, cwd=tmp_path)
     code, loaded = r.stderr.strip().splitlines()[-1].split(" ", 1)
-    assert code == "3" and "oomdoctor.render.json_text" in loaded.split()
-    assert "oomdoctor.render.bars" not in loaded.split()  # the charts are not built for a JSON report
+    assert code == "3" and "oomdoctor.report.render.json_text" in loaded.split()
+    assert "oomdoctor.report.render.bars" not in loaded.split()  # the charts are not built for a JSON report
     assert not {m for m in loaded.split() if m.split(".")[0] in (*FORBIDDEN, "json", "_json")}
     # The check sees what it should: a module the path does load, dropped first, shows again.
     r = subprocess.run([sys.executable, "-c", IMPORTED, "gc,_blake2", str(SMALL)], capture_output=True, text=True, cwd=tmp_path)
@@ -201,8 +201,8 @@ def test_closed_standard_streams_keep_the_diagnosis_exit_code(tmp_path: Path) ->
 
 
 def test_a_broken_pipe_is_exit_0_as_the_table_says() -> None:
-    from oomdoctor.errors import ExitCode
-    from oomdoctor.exits import exit_code
+    from oomdoctor.base.errors import ExitCode
+    from oomdoctor.commands.exits import exit_code
 
     assert exit_code(BrokenPipeError()) == ExitCode.NO_OOM  # NO_OOM is 0: a truthiness lookup once turned it into INTERNAL
     assert exit_code(KeyboardInterrupt()) == ExitCode.INTERRUPTED and exit_code(RuntimeError()) == ExitCode.INTERNAL

@@ -12,14 +12,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oomdoctor import advice, budget, plan, records
-from oomdoctor._toml import tomllib
+from oomdoctor.advice import recommenders as advice
 from oomdoctor.api import diagnose
-from oomdoctor.contract import to_dict
-from oomdoctor.diagnosis import Diagnosis, Finding, Incident
-from oomdoctor.facts import Facts
-from oomdoctor.facts.derived import budget_facts, vllm_window
-from oomdoctor.units import GIB, MIB
+from oomdoctor.base import records
+from oomdoctor.base.toml_data import tomllib
+from oomdoctor.base.units import GIB, MIB
+from oomdoctor.commands import plan
+from oomdoctor.inference.facts import Facts
+from oomdoctor.inference.facts.derived import budget_facts, vllm_window
+from oomdoctor.memory import budget
+from oomdoctor.pipeline.diagnosis import Diagnosis, Finding, Incident
+from oomdoctor.report.contract import to_dict
 
 from conftest import FIXTURES, REPO
 
@@ -307,13 +310,13 @@ def test_json_steps_carry_their_unit_and_renderers_format_by_it(run_cli) -> None
     data = run_cli("diagnose", str(FIXTURES / "sglang-startup-kv/pos_h100_qwen3_omni_g2.log"), "--format", "json").json
     steps = data["findings"][0]["recommendations"][0]["derivation"]
     assert steps and all(s["unit"] in ("bytes", "fraction", "tokens", "count", "ratio", "mib", "bytes_per_token", "text") for s in steps)
-    from oomdoctor.render.text import step_value
+    from oomdoctor.report.render.text import step_value
 
     assert step_value(4 * 1024 * 1024, "tokens") == "4194304 tokens"
     assert step_value(4 * 1024 * 1024, "bytes") == "4.00 MiB"
     assert step_value(81559.0, "mib") == "81559 MiB"
     assert step_value(0.85, "fraction") == "0.85"
-    for name in ("render/text.py", "render/plan_report.py", "plan.py"):
+    for name in ("report/render/text.py", "report/render/plan_report.py", "commands/plan.py"):
         assert "1 << 20" not in (REPO / "oomdoctor" / name).read_text() and '"token" not in' not in (REPO / "oomdoctor" / name).read_text()
 
 

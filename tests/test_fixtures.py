@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor._toml import tomllib
-from oomdoctor.advice import known_advice
-from oomdoctor.diagnosis import diagnose
-from oomdoctor.rule_engine import load_rules
+from oomdoctor.advice.recommenders import known_advice
+from oomdoctor.base.toml_data import tomllib
+from oomdoctor.inference.rule_engine import load_rules
+from oomdoctor.pipeline.diagnosis import diagnose
 
 from conftest import FIXTURES, REPO
 

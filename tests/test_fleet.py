@@ -11,7 +11,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from test_run_and_plan import CHILD
 
-from oomdoctor import fleet, flight
+from oomdoctor.commands import fleet
+from oomdoctor.commands import run as flight
 
 import fakes
 from conftest import FIXTURES, REPO
@@ -63,7 +64,7 @@ def test_summary_text_table_and_no_progress_off_a_terminal(tmp_path: Path, run_c
 
 def test_summary_pool_matches_inline(tmp_path: Path) -> None:
     """The process pool (the CLI's own worker, pickled) gives the rows the inline path gives, in input order."""
-    from oomdoctor.cli import _summary_row
+    from oomdoctor.commands.cli import _summary_row
 
     root = _fleet(tmp_path)
     opts = fleet.Options()
@@ -81,7 +82,7 @@ def test_summary_refuses_other_formats_and_bundles(tmp_path: Path, run_cli) -> N
 
 
 def test_summary_bundle_directory_is_one_incident() -> None:
-    from oomdoctor.collected import is_bundle_dir
+    from oomdoctor.input.kinds import is_bundle_dir
 
     bundle = FIXTURES / "collected-foreign-process" / "pos_bundle_two_processes"
     assert is_bundle_dir(str(bundle))

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor import flight
-from oomdoctor.redact import Redactor
+from oomdoctor.commands import run as flight
+from oomdoctor.input.redact import Redactor
 
 import fakes
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from oomdoctor import confidence
-from oomdoctor.confidence import Evidence
+from oomdoctor.inference import confidence
+from oomdoctor.inference.confidence import Evidence
 
 from conftest import FIXTURES
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from oomdoctor.api import diagnose
-from oomdoctor.indentation import common_indent, dedent
+from oomdoctor.input.indentation import common_indent, dedent
 
 from conftest import FIXTURES
 
@@ -50,7 +50,7 @@ def test_mixed_tabs_and_spaces_share_only_their_common_part() -> None:
 
 
 def test_a_large_input_streams_untouched() -> None:
-    from oomdoctor import paste
+    from oomdoctor.input import paste
 
     big = [b"    x" * 1000 + b"\n"] * ((paste.PASTE_MAX_BYTES // 5000) + 10)
     notes: list[object] = []

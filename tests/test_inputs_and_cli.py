@@ -223,10 +223,10 @@ def test_typed_errors_and_outcomes_map_to_documented_exit_codes() -> None:
     """Library code raises typed errors and returns typed outcomes; the CLI alone picks the codes."""
     import click
 
-    from oomdoctor.cli import _exit_code
-    from oomdoctor.errors import GpuNotFound, InputError, OomdoctorError, OutputError, RuleError, UsageError
-    from oomdoctor.gpus import find_gpu
-    from oomdoctor.outcomes import GpuEvidence, PlanFit
+    from oomdoctor.base.errors import GpuNotFound, InputError, OomdoctorError, OutputError, RuleError, UsageError
+    from oomdoctor.base.outcomes import GpuEvidence, PlanFit
+    from oomdoctor.commands.cli import _exit_code
+    from oomdoctor.memory.gpus import find_gpu
 
     with pytest.raises(GpuNotFound, match="unknown GPU 'Z80'"):
         find_gpu("Z80")

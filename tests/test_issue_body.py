@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from oomdoctor import issue_body
+from oomdoctor.input import issue_body
 
 from conftest import FIXTURES
 
@@ -69,7 +69,7 @@ def test_a_plain_log_is_not_taken_for_an_issue() -> None:
 
 def test_the_cheap_bug_report_check_never_hides_a_report() -> None:
     """issue_input keeps issue_body off plain logs (JSON parsed once, markdown by a cheap check), but never says no where issue_body would say yes."""
-    from oomdoctor.issue_input import _NOT_JSON, _may_be_markdown_issue, _parsed_json
+    from oomdoctor.input.issue_input import _NOT_JSON, _may_be_markdown_issue, _parsed_json
 
     def may_be_issue(text: str, path: str) -> bool:
         return _parsed_json(text) is not _NOT_JSON or _may_be_markdown_issue(text, path)
@@ -87,7 +87,7 @@ def test_the_cheap_bug_report_check_never_hides_a_report() -> None:
 
 def test_only_an_object_or_a_list_of_objects_is_parsed_as_an_export() -> None:
     """Log texts that start with "[" never reach the JSON parser (a plain diagnose stays without json)."""
-    from oomdoctor.issue_input import _NOT_JSON, _parsed_json
+    from oomdoctor.input.issue_input import _NOT_JSON, _parsed_json
 
     assert _parsed_json('[\n\n   {"body": "x", "title": "t"}]') == [{"body": "x", "title": "t"}]
     assert _parsed_json('  {"body": "x", "title": "t"}') == {"body": "x", "title": "t"}

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oomdoctor.render.json_text import dumps
+from oomdoctor.report.render.json_text import dumps
 
 
 def reference(obj: object) -> str:
@@ -71,7 +71,7 @@ def test_what_json_refuses_is_refused() -> None:
 
 def test_every_fixture_report_as_json_dumps_writes_it() -> None:
     from oomdoctor.api import diagnose
-    from oomdoctor.view import build_view
+    from oomdoctor.report.view import build_view
 
     fixtures = Path(__file__).parent / "fixtures"
     logs = sorted(p for p in fixtures.glob("*/*.log") if p.stat().st_size < 100_000)[::4]

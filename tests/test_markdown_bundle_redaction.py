@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor.redact import redact_text
-from oomdoctor.render import markdown
+from oomdoctor.input.redact import redact_text
+from oomdoctor.report.render import markdown
 
 from conftest import FIXTURES
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oomdoctor.mdsafe import escape_markdown_cell
+from oomdoctor.report.mdsafe import escape_markdown_cell
 
 from conftest import FIXTURES
 

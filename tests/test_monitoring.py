@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from oomdoctor import monitoring
-from oomdoctor.errors import InputError
+from oomdoctor.base.errors import InputError
+from oomdoctor.evidence import monitoring
 
 from conftest import FIXTURES
 
@@ -88,7 +88,7 @@ def test_prometheus_for_no_oom_has_no_incident_sample(run_cli) -> None:
 
 
 def test_prometheus_textfile_written_atomically(tmp_path) -> None:
-    from oomdoctor.render import prometheus
+    from oomdoctor.report.render import prometheus
 
     view = {"verdict": {"class": "foreign_process", "confidence": 0.9, "node": "sglang-0"}, "budget": {"system": "vllm"}, "findings": [], "incidents": [{"time": "2026-03-02 10:42:09"}]}
     out = tmp_path / "oomdoctor.prom"

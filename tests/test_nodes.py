@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from oomdoctor import nodes
-from oomdoctor.evidence import LineRef
-from oomdoctor.prefixes import split_prefix
+from oomdoctor.base.evidence import LineRef
+from oomdoctor.inference import nodes
+from oomdoctor.input.prefixes import split_prefix
 
 from conftest import FIXTURES
 

@@ -1,8 +1,8 @@
-"""Newest-first console exports are read oldest first (oomdoctor/ordering.py)."""
+"""Newest-first console exports are read oldest first (oomdoctor/input/ordering.py)."""
 
 from __future__ import annotations
 
-from oomdoctor.ordering import is_newest_first
+from oomdoctor.input.ordering import is_newest_first
 
 from conftest import FIXTURES
 

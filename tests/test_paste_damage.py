@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor._toml import tomllib
 from oomdoctor.api import diagnose
+from oomdoctor.base.toml_data import tomllib
 
 from conftest import FIXTURES
 

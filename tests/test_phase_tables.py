@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from oomdoctor import phase
+from oomdoctor.evidence import phase
 
 
 def test_every_table_pattern_compiles() -> None:

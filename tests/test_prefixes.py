@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from oomdoctor.prefixes import split_prefix, strip_ansi
+from oomdoctor.input.prefixes import split_prefix, strip_ansi
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_strip_ansi_both_forms() -> None:
 
 
 def test_collector_prefixes_are_not_the_programs() -> None:
-    from oomdoctor.prefixes import split_prefix as split
+    from oomdoctor.input.prefixes import split_prefix as split
 
     assert split("[2026-01-28T23:59:42Z] [2026-01-28 23:59:42 TP0] Scheduler hit an exception:").program
     assert split("INFO 08-19 07:51:03 [core.py:396] x").program and split("[rank1]: x").program
@@ -76,7 +76,7 @@ def test_a_traceback_stamped_by_a_collector_stays_with_its_rank(tmp_path) -> Non
 
 def test_djl_serving_relay_and_a_pasted_caret_m() -> None:
     """DJL Serving (AWS LMI containers) relays each engine line with its own prefix (vllm#2856)."""
-    from oomdoctor.prefixes import split_prefix as split
+    from oomdoctor.input.prefixes import split_prefix as split
 
     frame = split('WARN  PyProcess W-252-model-stderr:   File "/usr/local/lib/python3.10/dist-packages/vllm/worker/worker.py", line 125, in warm_up_model')
     assert frame.msg.startswith('  File "/usr/local') and not frame.program
@@ -85,7 +85,7 @@ def test_djl_serving_relay_and_a_pasted_caret_m() -> None:
 
 
 def test_buildkite_web_copy_gutter() -> None:
-    from oomdoctor.prefixes import split_prefix as split
+    from oomdoctor.input.prefixes import split_prefix as split
 
     got = split("  | [2025-03-10T15:07:20Z] ERROR 03-10 08:07:20 [core.py:302]   File \"/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py\", line 294, in run_engine_core")
     assert got.msg.startswith('  File "/usr/local') and got.ts is not None
@@ -96,9 +96,9 @@ def test_buildkite_web_copy_gutter() -> None:
 def test_interleaved_pods_keep_their_own_ranks_on_traceback_lines() -> None:
     """kubectl logs --prefix --timestamps over two pods: a traceback line stamped only by the collector
     belongs to the last program line of its own pod, not to the other pod's line printed in between."""
-    from oomdoctor.diagnosis import ANCHORS
-    from oomdoctor.parsers import records as rc
-    from oomdoctor.scan import scan_lines
+    from oomdoctor.evidence.parsers import records as rc
+    from oomdoctor.input.scan import scan_lines
+    from oomdoctor.pipeline.diagnosis import ANCHORS
 
     text = (
         "[pod/sglang-0/sglang] 2026-03-02T10:00:41Z [2026-03-02 10:00:41 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
@@ -111,7 +111,7 @@ def test_interleaved_pods_keep_their_own_ranks_on_traceback_lines() -> None:
 
 
 def test_timestamps_at_the_edge_of_the_calendar_do_not_raise() -> None:
-    from oomdoctor import timestamps
+    from oomdoctor.base import timestamps
 
     key = timestamps.parse("9999-12-31 23:59:59-1400")
     assert key is not None and timestamps.at_precision(key, timestamps.TIME_OF_DAY) >= 0

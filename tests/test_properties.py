@@ -9,17 +9,17 @@ from pathlib import Path
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from oomdoctor import budget
-from oomdoctor.advice import known_advice
-from oomdoctor.diagnosis import ANCHORS, diagnose
-from oomdoctor.errors import InputError, RuleError
-from oomdoctor.evidence import Line, LineRef
-from oomdoctor.parsers.sglang import SGLangParser
-from oomdoctor.parsers.torch_oom import TorchParser, parse_oom_message
-from oomdoctor.parsers.vllm import VLLMParser
-from oomdoctor.prefixes import split_prefix, strip_ansi
-from oomdoctor.rule_engine import evaluate, load_rules, parse_rule
-from oomdoctor.units import GIB, KIB, MIB, TIB, format_bytes, parse_size_bytes
+from oomdoctor.advice.recommenders import known_advice
+from oomdoctor.base.errors import InputError, RuleError
+from oomdoctor.base.evidence import Line, LineRef
+from oomdoctor.base.units import GIB, KIB, MIB, TIB, format_bytes, parse_size_bytes
+from oomdoctor.evidence.parsers.sglang import SGLangParser
+from oomdoctor.evidence.parsers.torch_oom import TorchParser, parse_oom_message
+from oomdoctor.evidence.parsers.vllm import VLLMParser
+from oomdoctor.inference.rule_engine import evaluate, load_rules, parse_rule
+from oomdoctor.input.prefixes import split_prefix, strip_ansi
+from oomdoctor.memory import budget
+from oomdoctor.pipeline.diagnosis import ANCHORS, diagnose
 
 ANCHOR_TEXT = [a.decode() for a in ANCHORS]
 # Fragments of real lines, so that generated text reaches the parsers' deeper branches.
@@ -151,7 +151,7 @@ def test_rule_loader_accepts_or_rejects_cleanly(data: dict) -> None:
 
 @given(condition, st.dictionaries(st.text(max_size=10), toml_scalar, max_size=5))
 def test_evaluator_is_total_on_valid_conditions(node: dict, facts: dict) -> None:
-    from oomdoctor.rule_engine import _check_condition
+    from oomdoctor.inference.rule_engine import _check_condition
 
     try:
         _check_condition(node, "x", "when")

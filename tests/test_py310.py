@@ -3,7 +3,7 @@
 Checked from whatever interpreter runs the tests: every module of the package parses as 3.10 grammar
 (``ast.parse(feature_version=(3, 10))``: ``except*``, PEP 695 type parameters and ``type`` aliases are
 refused), f-strings do not reuse their own quotes (PEP 701, 3.12), and no name that only 3.11+ has is
-imported or used. tomllib comes from oomdoctor._toml, which falls back to tomli on 3.10.
+imported or used. tomllib comes from oomdoctor.base.toml_data, which falls back to tomli on 3.10.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ PACKAGE = REPO / "oomdoctor"
 SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
 
 # Standard-library names that 3.10 lacks: (module, name) pairs, used as `from module import name` or
-# `module.name`. Whole modules: tomllib (only through oomdoctor/_toml.py) and wsgiref.types.
+# `module.name`. Whole modules: tomllib (only through oomdoctor/base/toml_data.py) and wsgiref.types.
 NEW_IN_311 = {
     ("typing", "Self"),
     ("typing", "LiteralString"),
@@ -148,11 +148,11 @@ def _newer_stdlib(tree: ast.AST) -> list[tuple[int, str]]:
 def test_no_stdlib_newer_than_310() -> None:
     bad = []
     for path in SOURCES:
-        if path.name == "_toml.py":
+        if path.name == "toml_data.py":
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         bad += [f"{_rel(path)}:{line}: {what}" for line, what in _newer_stdlib(tree)]
-    assert bad == [], "3.11+ only (use oomdoctor._toml for tomllib): " + "; ".join(bad)
+    assert bad == [], "3.11+ only (use oomdoctor.base.toml_data for tomllib): " + "; ".join(bad)
 
 
 def test_the_checks_catch_newer_code() -> None:
@@ -172,7 +172,7 @@ def test_the_checks_catch_newer_code() -> None:
 
 
 def test_toml_compat_and_the_install_requirements() -> None:
-    from oomdoctor._toml import tomllib
+    from oomdoctor.base.toml_data import tomllib
 
     assert tomllib.loads('a = "b"') == {"a": "b"}
     with pytest.raises(tomllib.TOMLDecodeError):
@@ -182,5 +182,5 @@ def test_toml_compat_and_the_install_requirements() -> None:
     assert cfg["options"]["python_requires"].strip() == ">=3.10"
     requires = [line.strip() for line in cfg["options"]["install_requires"].splitlines() if line.strip() and not line.strip().startswith("#")]
     assert 'tomli>=2; python_version < "3.11"' in requires
-    direct = [_rel(p) for p in SOURCES if p.name != "_toml.py" and re.search(r"^\s*(import tomllib|from tomllib import)", p.read_text(encoding="utf-8"), re.M)]
+    direct = [_rel(p) for p in SOURCES if p.name != "toml_data.py" and re.search(r"^\s*(import tomllib|from tomllib import)", p.read_text(encoding="utf-8"), re.M)]
     assert direct == []

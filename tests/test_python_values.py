@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from oomdoctor.parsers.python_values import python_value
-from oomdoctor.parsers.sglang import parse_server_args
+from oomdoctor.evidence.parsers.python_values import python_value
+from oomdoctor.evidence.parsers.sglang import parse_server_args
 
 # The value forms the parsers capture: SGLang's ServerArgs (parsers/sglang.py, _ARG_RE), vLLM's dict
 # items and config items (parsers/vllm.py, _DICT_ITEM_RE and _CONFIG_ITEM_RE).
@@ -68,7 +68,7 @@ def test_server_args_values_keep_their_types() -> None:
 def test_an_invalid_escape_warns_nobody() -> None:
     import warnings
 
-    from oomdoctor.parsers.python_values import python_value
+    from oomdoctor.evidence.parsers.python_values import python_value
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a SyntaxWarning (3.12+) or DeprecationWarning (3.10-3.11) would raise here

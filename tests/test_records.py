@@ -1,4 +1,4 @@
-"""oomdoctor.records: the part of dataclasses the package uses, checked against dataclasses itself.
+"""oomdoctor.base.records: the part of dataclasses the package uses, checked against dataclasses itself.
 
 Each behaviour the package relies on is compared with what ``@dataclass`` does for the same class:
 construction (positional, keyword, defaults, fresh default factories), equality, hashing, repr,
@@ -13,8 +13,8 @@ import pickle
 
 import pytest
 
-from oomdoctor import records
-from oomdoctor.records import field, record, replace
+from oomdoctor.base import records
+from oomdoctor.base.records import field, record, replace
 
 
 @record(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor import disk_cache, regex_cache
+from oomdoctor.base import disk_cache, regex_cache
 
 from conftest import FIXTURES
 
@@ -43,7 +43,7 @@ def _restart(monkeypatch: pytest.MonkeyPatch) -> None:
 EVERY_PATTERN = """
 import re, sys
 from pathlib import Path
-from oomdoctor import regex_cache
+from oomdoctor.base import regex_cache
 from oomdoctor.api import diagnose
 logs = sorted(p for p in Path(sys.argv[1]).glob("*/*.log") if p.stat().st_size < 200_000)
 for log in logs:
@@ -69,7 +69,7 @@ def test_every_pattern_a_diagnosis_uses_is_the_pattern_re_compile_builds(fresh: 
 def test_a_second_process_compiles_nothing_afresh(fresh: Path) -> None:
     code = (
         "import io, contextlib, sys\n"
-        "from oomdoctor import regex_cache\n"
+        "from oomdoctor.base import regex_cache\n"
         "from oomdoctor.api import diagnose\n"
         f"diagnose([{str(SMALL)!r}])\n"
         "print(len(regex_cache._memo), len(regex_cache.TABLE.added))\n"
@@ -94,9 +94,9 @@ def test_the_console_entry_writes_the_entry_before_its_fast_exit(fresh: Path) ->
 
 DIAGNOSE = """
 import json, re, sys
-from oomdoctor import regex_cache
+from oomdoctor.base import regex_cache
 from oomdoctor.api import diagnose
-from oomdoctor.contract import to_dict
+from oomdoctor.report.contract import to_dict
 report = json.dumps(to_dict(diagnose([sys.argv[1]])), sort_keys=True)
 print(all(p == re.compile(k[0], k[1]) for k, p in regex_cache._memo.items()), len(regex_cache.TABLE.added))
 print(report)

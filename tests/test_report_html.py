@@ -362,9 +362,9 @@ def test_stress_page_long_names_many_series(tmp_path: Path, proxy) -> None:
     """Labels far longer than the fixtures': the margins follow them, nothing leaves the viewBox."""
     from markupsafe import Markup
 
-    from oomdoctor.render import bars as bar_data
-    from oomdoctor.render import svg
-    from oomdoctor.units import GIB
+    from oomdoctor.base.units import GIB
+    from oomdoctor.report.render import bars as bar_data
+    from oomdoctor.report.render import svg
 
     bars = [
         {**bar_data.sglang_bar("DP3 TP7 on node-with-a-long-hostname-42 at the recommended value", 80 * GIB, 79 * GIB, 75 * GIB, 0.9), "total_assumed": True},
@@ -436,9 +436,9 @@ def test_vllm_bar_draws_u_total_and_says_why(run_cli, tmp_path: Path) -> None:
 
 def test_bar_arithmetic_agrees_with_budget() -> None:
     # render/ imports nothing above units, so the bars repeat two of budget.py's formulas: they must agree.
-    from oomdoctor import budget
-    from oomdoctor.render import bars
-    from oomdoctor.units import GIB
+    from oomdoctor.base.units import GIB
+    from oomdoctor.memory import budget
+    from oomdoctor.report.render import bars
 
     for pre, weights, y in ((78 * GIB, 60 * GIB, 0.7), (79 * GIB + 123, 33 * GIB + 7, 0.88), (20 * GIB, 21 * GIB, 0.9)):
         bar = bars.sglang_bar("GPU", 80 * GIB, pre, weights, y)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor.advice import known_advice
-from oomdoctor.errors import RuleError
-from oomdoctor.rule_engine import evaluate, load_rule_file, load_rules
+from oomdoctor.advice.recommenders import known_advice
+from oomdoctor.base.errors import RuleError
+from oomdoctor.inference.rule_engine import evaluate, load_rule_file, load_rules
 
 from conftest import REPO
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor import flight, plan
-from oomdoctor.errors import InputError
-from oomdoctor.gpus import find_gpu
-from oomdoctor.units import GIB
+from oomdoctor.base.errors import InputError
+from oomdoctor.base.units import GIB
+from oomdoctor.commands import plan
+from oomdoctor.commands import run as flight
+from oomdoctor.memory.gpus import find_gpu
 
 import fakes
 from conftest import FIXTURES

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from oomdoctor.diagnosis import read_events
-from oomdoctor.evidence import Event, LineRef
-from oomdoctor.inputs import InputStats
-from oomdoctor.parsers import sglang as sg
-from oomdoctor.parsers import vllm as vl
-from oomdoctor.runs import RunSegmenter, split_runs
+from oomdoctor.base.evidence import Event, LineRef
+from oomdoctor.evidence.parsers import sglang as sg
+from oomdoctor.evidence.parsers import vllm as vl
+from oomdoctor.evidence.runs import RunSegmenter, split_runs
+from oomdoctor.input.files import InputStats
+from oomdoctor.pipeline.diagnosis import read_events
 
 from conftest import FIXTURES
 

@@ -1,4 +1,4 @@
-"""The scanner's backends (oomdoctor/scan.py) give the same diagnosis, byte for byte.
+"""The scanner's backends (oomdoctor/input/scan.py) give the same diagnosis, byte for byte.
 
 Every fixture log (tests/fixtures/*/*.log, the field corpus included) is diagnosed once per
 installed backend, forced with OOMDOCTOR_SCANNER, and the JSON outputs are compared. The fixtures are
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor import scan
 from oomdoctor.api import diagnose
-from oomdoctor.diagnosis import ANCHORS
-from oomdoctor.parsers import records as rc
-from oomdoctor.render import json_out
-from oomdoctor.view import build_view
+from oomdoctor.evidence.parsers import records as rc
+from oomdoctor.input import scan
+from oomdoctor.pipeline.diagnosis import ANCHORS
+from oomdoctor.report.render import json_out
+from oomdoctor.report.view import build_view
 
 from conftest import FIXTURES
 

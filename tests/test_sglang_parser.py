@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from oomdoctor.diagnosis import ANCHORS
-from oomdoctor.evidence import Line, LineRef
-from oomdoctor.parsers import captures
-from oomdoctor.parsers import sglang as sg
-from oomdoctor.units import GIB
+from oomdoctor.base.evidence import Line, LineRef
+from oomdoctor.base.units import GIB
+from oomdoctor.evidence.parsers import captures
+from oomdoctor.evidence.parsers import sglang as sg
+from oomdoctor.pipeline.diagnosis import ANCHORS
 
 
 def parse(texts: list[str], ts: str | None = "t") -> list:

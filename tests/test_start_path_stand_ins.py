@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor import errors, redact
-from oomdoctor.errors import ExitCode
-from oomdoctor.memo import memo
+from oomdoctor.base import errors
+from oomdoctor.base.errors import ExitCode
+from oomdoctor.base.memo import memo
+from oomdoctor.input import redact
 
 
 def test_each_redaction_template_expands_as_re_would() -> None:

@@ -8,7 +8,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oomdoctor.units import MAX_PLAUSIBLE_DEVICE_BYTES, _floor, ceil_to, floor_to, is_plausible_device_bytes
+from oomdoctor.base.units import MAX_PLAUSIBLE_DEVICE_BYTES, _floor, ceil_to, floor_to, is_plausible_device_bytes
 
 FINITE = st.floats(allow_nan=False, allow_infinity=False)
 
@@ -33,7 +33,7 @@ def test_plausible_bytes_refuses_what_is_not_finite() -> None:
 def test_shell_word_reads_back_as_the_same_single_word(text: str) -> None:
     import shlex
 
-    from oomdoctor.advice import shell_word
+    from oomdoctor.advice.recommenders import shell_word
 
     word = shell_word(text)
     if "\x00" not in text:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from oomdoctor import confidence
 from oomdoctor.api import diagnose
+from oomdoctor.inference import confidence
 
 from conftest import FIXTURES
 

@@ -6,8 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from oomdoctor import timestamps
-from oomdoctor.timestamps import FULL_DATE, MONTH_DAY, TIME_OF_DAY
+from oomdoctor.base import timestamps
+from oomdoctor.base.timestamps import FULL_DATE, MONTH_DAY, TIME_OF_DAY
 
 
 def _utc(*args: int) -> float:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor import _toml, disk_cache
+from oomdoctor.base import disk_cache
+from oomdoctor.base import toml_data as _toml
 
 DOC = '[rule]\nid = "x"\nfraction = 0.85\nlimits = [1, 2, 3]\n[rule.docs]\nwhy = "because"\n'
 
@@ -79,7 +80,7 @@ def test_unwritable_cache_location_still_gives_results(tmp_path: Path, monkeypat
 
 
 def test_shipped_data_parse_the_same_through_the_cache(cache: Path) -> None:
-    from oomdoctor.rule_engine import builtin_rule_paths
+    from oomdoctor.inference.rule_engine import builtin_rule_paths
 
     texts = [_toml.data_text(n) for n in ("facts.toml", "phases.toml", "gpus.toml")] + [Path(p).read_text() for p in builtin_rule_paths()]
     for text in texts:

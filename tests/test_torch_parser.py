@@ -6,13 +6,13 @@ import re
 
 import pytest
 
-from oomdoctor.evidence import Line, LineRef
-from oomdoctor.parsers import captures, torch_oom
-from oomdoctor.parsers.captures import SUFFIXES, CaptureNameError, named, present, typed
-from oomdoctor.parsers.torch_oom import KIND_DRIVER_OOM, KIND_HOST_OOM, KIND_OOM, TorchParser, classify_frames, parse_oom_message
-from oomdoctor.units import GIB, MIB
+from oomdoctor.base.evidence import Line, LineRef
+from oomdoctor.base.units import GIB, MIB
+from oomdoctor.evidence.parsers import captures, torch_oom
+from oomdoctor.evidence.parsers.captures import SUFFIXES, CaptureNameError, named, present, typed
+from oomdoctor.evidence.parsers.torch_oom import KIND_DRIVER_OOM, KIND_HOST_OOM, KIND_OOM, TorchParser, classify_frames, parse_oom_message
 
-# parse_oom_message's patterns: every capture group named <key>_<suffix> (oomdoctor/parsers/captures.py).
+# parse_oom_message's patterns: every capture group named <key>_<suffix> (oomdoctor/evidence/parsers/captures.py).
 ALLOCATOR_PATTERNS = (
     "_OOM_START_RE",
     "_REQUESTED_RE",

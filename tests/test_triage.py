@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor import triage
-from oomdoctor._toml import tomllib
+from oomdoctor.base.toml_data import tomllib
+from oomdoctor.commands import triage
 
 from conftest import FIXTURES, REPO
 

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor import flight, procinfo
-from oomdoctor.errors import InputError, UsageError
-from oomdoctor.inputs import expand_paths
+from oomdoctor.base.errors import InputError, UsageError
+from oomdoctor.commands import run as flight
+from oomdoctor.input.files import expand_paths
+from oomdoctor.live import procinfo
 
 import fakes
 from conftest import FIXTURES
@@ -226,7 +227,7 @@ def test_an_output_that_is_one_of_the_inputs_is_refused(run_cli, tmp_path: Path)
 
 
 def test_an_interrupted_bundle_leaves_no_zip(run_cli, tmp_path: Path, monkeypatch) -> None:
-    from oomdoctor import bundle
+    from oomdoctor.report import bundle
 
     def interrupted(path: str, redact: bool):
         yield b"first block\n"

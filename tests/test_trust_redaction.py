@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oomdoctor import redact
-from oomdoctor.redact import Pseudonyms, Redactor, redact_obj, redact_text
+from oomdoctor.input import redact
+from oomdoctor.input.redact import Pseudonyms, Redactor, redact_obj, redact_text
 
 from conftest import FIXTURES
 
@@ -258,7 +258,7 @@ def test_shared_pseudonym_table_between_redactors() -> None:
 
 def test_every_secret_form_passes_the_one_search_prefilter() -> None:
     """redact passes over lines holding none of its needles; every secret of the corpus holds one."""
-    from oomdoctor import redact as r
+    from oomdoctor.input import redact as r
 
     # PEM body lines are redacted by the block state before this filter; their BEGIN line holds a needle.
     for text in [*LINE_SECRETS.values(), PEM_LINES[0], ENCRYPTED_PEM[0]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from oomdoctor.api import diagnose
-from oomdoctor.completeness import lines_after
-from oomdoctor.unwrap import quote_marker, unwrap, unwrap_lines, wrap_width
+from oomdoctor.inference.completeness import lines_after
+from oomdoctor.input.unwrap import quote_marker, unwrap, unwrap_lines, wrap_width
 
 from conftest import FIXTURES
 
@@ -100,7 +100,7 @@ def test_console_padding_is_not_a_wrap_but_a_padded_wrap_is() -> None:
 
 
 def test_a_newest_first_wrapped_paste_joins_its_pieces_in_reading_order() -> None:
-    from oomdoctor.paste import repaired
+    from oomdoctor.input.paste import repaired
 
     older = "2025-03-02T10:00:05Z INFO server ready on port 8000"
     pieces = _cut("2025-03-02T10:00:06Z ERROR " + OOM, 100)
@@ -117,7 +117,7 @@ def test_a_newest_first_wrapped_paste_joins_its_pieces_in_reading_order() -> Non
 
 
 def test_a_window_narrower_than_one_hundredth_still_gets_a_value() -> None:
-    from oomdoctor.budget import Window, choose_in_window
+    from oomdoctor.memory.budget import Window, choose_in_window
 
     assert choose_in_window(Window(0.8705, 0.8718, ())) == 0.871
     assert choose_in_window(Window(0.87, 0.92, ())) == 0.9 and choose_in_window(Window(0.8712, 0.8711, ())) is None

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from oomdoctor.diagnosis import ANCHORS
-from oomdoctor.evidence import Line, LineRef
-from oomdoctor.parsers import captures
-from oomdoctor.parsers import vllm as vl
-from oomdoctor.units import GIB
+from oomdoctor.base.evidence import Line, LineRef
+from oomdoctor.base.units import GIB
+from oomdoctor.evidence.parsers import captures
+from oomdoctor.evidence.parsers import vllm as vl
+from oomdoctor.pipeline.diagnosis import ANCHORS
 
 
 def one(text: str):

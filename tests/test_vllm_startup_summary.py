@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from oomdoctor.units import GIB
+from oomdoctor.base.units import GIB
 
 LOG = (
     "(APIServer pid=1) INFO 06-20 09:12:40 [utils.py:233] non-default args: {'model': 'Qwen/Qwen3-14B', 'gpu_memory_utilization': 0.9, 'max_model_len': 32768}\n"

@@ -1,0 +1,1 @@
+"""The commands: one module each, click options, the entry point and exit codes."""

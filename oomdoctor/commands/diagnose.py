@@ -1,0 +1,133 @@
+"""The diagnose command's work for one incident, without click: inputs, rules, diagnosis, report, bundle.
+
+Both entry points call ``run``: click's ``oomdoctor diagnose`` (cli.py) and the click-free path a plain
+``oomdoctor diagnose LOG...`` takes at incident time (entry.py), so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+
+from oomdoctor.base.errors import ExitCode, OutputError, UsageError
+from oomdoctor.commands.exits import exit_code
+from oomdoctor.report.console import echo, safe_output, warn, write_atomic
+
+
+def import_pipeline(fmt: str = "text") -> None:
+    """Import what ``run`` uses for a report in ``fmt``, so that the entry point can import it all with the
+    cycle collector off (and a JSON report does not import the text renderer, nor a text one json)."""
+    from oomdoctor import api  # noqa: F401
+
+    if fmt == "json":
+        from oomdoctor.report.render import json_out  # noqa: F401
+    elif fmt == "text":
+        from oomdoctor.report.render import text  # noqa: F401
+
+
+def run(paths: tuple[str, ...], fmt: str = "text", output: str | None = None, bundle: str | None = None, rules_dirs: tuple[str, ...] = (), system: str = "auto", no_redact: bool = False, redact_pii: bool = False) -> ExitCode:
+    """Diagnose ``paths`` as one incident, write the report (stdout or ``output``) and the bundle; the exit code."""
+    from oomdoctor.api import diagnose as run_diagnosis
+    from oomdoctor.api import load_rules
+    from oomdoctor.input import redact
+    from oomdoctor.report.view import build_view
+
+    with redact.session(pii=redact_pii and not no_redact):
+        inputs = [latest_run(p) for p in paths]
+        refuse_outputs_among_inputs(inputs, output, bundle)
+        rules = load_rules(rules_dirs)
+        result = run_diagnosis(inputs, rules=rules, system=system)
+        # The JSON and Prometheus reports are the contract alone; the charts are built for the others and a bundle.
+        view = build_view(result, redact=not no_redact, report=bool(bundle) or fmt not in ("json", "prometheus"))
+        docs = {r.id: r.docs for r in rules}
+        report = safe_output(fmt, render(fmt, view, docs, not no_redact))
+        for stats in result.inputs:
+            for warning in stats.warnings:
+                warn(f"{stats.path}: {warning}")
+        if output:
+            write_atomic(output, report)
+        else:
+            echo(report, nl=False)
+        if bundle:
+            from oomdoctor.report.bundle import write_bundle
+
+            html = render("html", view, docs, not no_redact)
+            md = render("markdown", view, docs, not no_redact)
+            js = render("json", view, docs, not no_redact)
+            try:
+                notes = write_bundle(bundle, html, md, js, [s.path for s in result.inputs if s.readable], redact=not no_redact)
+            except OSError as exc:
+                raise OutputError(f"{bundle}: cannot write ({exc.strerror or exc})") from None
+            for note in notes:
+                warn(f"bundle: {note}")
+    return exit_code(result)
+
+
+def latest_run_quiet(path: str) -> str:
+    """An `oomdoctor run --out` directory stands for its newest run (OUT/latest), without a warning per incident."""
+    from oomdoctor.commands.run import LATEST
+
+    link = os.path.join(path, LATEST)
+    return link if os.path.isdir(path) and os.path.islink(link) and os.path.isdir(link) else path
+
+
+def latest_run(path: str) -> str:
+    """An `oomdoctor run --out` directory stands for its newest run (OUT/latest), said on stderr."""
+    from oomdoctor.input.kinds import is_bundle_dir
+
+    if path == "-" or not os.path.isdir(path) or is_bundle_dir(path):
+        return path
+    from oomdoctor.commands.run import LATEST  # only for a directory: keeps the recorder off a plain log's start
+    link = os.path.join(path, LATEST)
+    if not os.path.islink(link):
+        return path
+    target = os.path.realpath(link)
+    root = os.path.realpath(path)
+    if os.path.dirname(target) != root or not os.path.isdir(target):
+        return path
+    warn(f"{path}: reading the latest run, {link} -> {os.path.basename(target)} (give a run directory to read another)")
+    return link
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def refuse_outputs_among_inputs(paths: list[str], output: str | None, bundle: str | None) -> None:
+    """An output that is one of the inputs (or a file inside an input directory) would destroy what it reports on."""
+    from oomdoctor.input.files import expand_paths
+
+    outs = [o for o in (output, bundle) if o]
+    if output and bundle and _same_file(output, bundle):
+        raise UsageError(f"-o and --bundle name the same file ({output})")
+    if not outs:
+        return
+    found, _ = expand_paths([p for p in paths if p != "-"])
+    for out in outs:
+        for inp in [*paths, *found]:
+            if inp != "-" and _same_file(out, inp):
+                raise UsageError(f"{out}: is one of the inputs; write the report elsewhere")
+
+
+def render(fmt: str, view: dict, docs: dict, redacted: bool) -> str:
+    if fmt == "json":
+        from oomdoctor.report.render import json_out
+
+        return json_out.render(view)
+    if fmt == "markdown":
+        from oomdoctor.report.render import markdown
+
+        return markdown.render(view)
+    if fmt == "html":
+        from oomdoctor.report.render import html
+
+        return html.render(view, docs, redacted)
+    if fmt == "prometheus":
+        from oomdoctor.report.render import prometheus
+
+        return prometheus.render(view)
+    from oomdoctor.report.render import text
+
+    return text.render(view)

@@ -1,0 +1,88 @@
+"""Evidence that is not a log: oomdoctor bundles, nvidia-smi CSV/XML, memory_stats JSON, snapshot pickles.
+
+Each loader turns one file into a plain dict of collected evidence that oomdoctor.inference.facts merges into the
+incident of the last run.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.base.errors import InputError
+from oomdoctor.input.kinds import BUNDLE_KIND, BUNDLE_VERSION, MONITORING_SUFFIXES, SNAPSHOT_SUFFIXES, is_evidence_file, read_json
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
+
+def manifest_header(source: str) -> dict[str, Any]:
+    """The fields every bundle manifest starts with, whichever command (collect, run, capture) wrote it."""
+    from oomdoctor import __version__
+
+    return {"kind": BUNDLE_KIND, "bundle_version": BUNDLE_VERSION, "tool": {"name": "oomdoctor", "version": __version__}, "source": source}
+
+
+# oomdoctor's own outputs written into a bundle (by `run`), not evidence.
+_OWN_OUTPUTS = {"manifest.json", "diagnosis.json"}
+
+
+def evidence_files(path: str) -> list[str]:
+    """Non-log evidence inside a bundle directory (manifest, memory_stats, snapshots, samples, nvidia-smi dumps)."""
+    from pathlib import Path  # a bundle directory only
+
+    root = Path(path)
+    out = [str(root / "manifest.json")]
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.name not in _OWN_OUTPUTS and is_evidence_file(str(p)):
+            out.append(str(p))
+    return out
+
+
+# A saved DCGM exporter /metrics scrape (Prometheus text format): oomdoctor.evidence.monitoring reads it.
+def load(path: str) -> dict[str, Any]:
+    """One evidence file to {'kind': ..., ...}; InputError when it is none of the known kinds."""
+    # Imported here: most diagnoses read logs only, and these pull in csv, xml, pickle and psutil.
+    from oomdoctor.evidence import allocator, monitoring
+    from oomdoctor.live import smi
+
+    if path.endswith(SNAPSHOT_SUFFIXES):
+        return {"kind": "snapshot", "path": path, **allocator.snapshot_facts(allocator.load_snapshot(path), path)}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if path.endswith(MONITORING_SUFFIXES) or (not path.endswith((".json", ".csv", ".xml")) and monitoring.looks_like_dcgm(text[:65536].encode("utf-8", "replace"))):
+        return monitoring.parse_scrape(text, path)
+    if path.endswith(".xml"):
+        try:
+            gpus = smi.parse_smi_xml(text)
+        except ValueError as exc:
+            raise InputError(f"{path}: {exc}") from None
+        return {"kind": "gpus", "path": path, "source": "nvidia-smi -q -x", "gpus": [g.to_json() for g in gpus], "driver_version": smi.driver_version_xml(text)}
+    if path.endswith(".csv"):
+        try:
+            gpus = smi.parse_gpu_csv(text)
+            apps = [] if gpus else smi.parse_apps_csv(text)
+        except ValueError as exc:
+            raise InputError(f"{path}: {exc}") from None
+        if gpus:
+            return {"kind": "gpus", "path": path, "source": "nvidia-smi csv", "gpus": [g.to_json() for g in gpus]}
+        if apps:
+            return {"kind": "apps", "path": path, "apps": apps}
+        raise InputError(f"{path}: not an nvidia-smi --query-gpu or --query-compute-apps CSV")
+    data = read_json(text, path)
+    if monitoring.is_query_range(data):
+        return monitoring.parse_query_range(data, path)
+    if isinstance(data, dict) and data.get("kind") == "oomdoctor-samples":
+        return {"kind": "samples", "path": path, "samples": data.get("samples") or [], "unavailable": data.get("unavailable")}
+    if isinstance(data, dict) and data.get("kind") == BUNDLE_KIND:
+        evidence = data.get("gpu_evidence") or {}
+        return {"kind": "gpus", "path": path, "source": evidence.get("source"), "gpus": data.get("gpus") or [], "driver_version": evidence.get("driver_version"), "manifest": data}
+    if allocator.is_memory_stats(data):
+        item = {"kind": "memory_stats", "path": path, **allocator.stats_facts(allocator.memory_stats_of(data, path), path)}
+        observer = allocator.observer_figures(data, path)
+        if observer:
+            item["observer"] = observer
+        return item
+    if isinstance(data, dict) and "segments" in data:
+        return {"kind": "snapshot", "path": path, **allocator.snapshot_facts(data, path)}
+    raise InputError(f"{path}: JSON is neither an oomdoctor bundle manifest, memory_stats nor a snapshot")

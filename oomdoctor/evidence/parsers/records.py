@@ -1,0 +1,237 @@
+"""Failure records and their surroundings, whatever the engine: tracebacks, exception lines, cut marks.
+
+A *record* is one traceback (with its chained causes) up to the exception line that ends it, or an
+engine's "... hit an exception:" header. A record that never reaches its exception line is *open*:
+when the input stops inside it, the paste was cut and the evidence is incomplete. Context lines
+(serving traffic, loader progress, graph capture progress) are events of their own; the phase step
+reads them. Pure: lines in, events out.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.base import regex_cache
+from oomdoctor.base.evidence import Event, Line, LineRef
+from oomdoctor.evidence.parsers.frames import FRAME_ANYWHERE, FRAME_LINE
+from oomdoctor.input.patterns import lazy
+
+KIND_RECORD = "failure_record"
+KIND_CUT = "cut_marker"
+KIND_CONTEXT = "context_line"
+KIND_CLEAN_END = "clean_end"
+
+ANCHORS: tuple[bytes, ...] = (
+    b"Traceback",
+    b'File "',
+    b"hit an exception",
+    b"During handling of the above",
+    b"direct cause of the following",
+    b"[...",
+    b"[\xe2\x80\xa6",
+    b"<snip",
+    b"snip>",
+    b"--snip",
+    b"truncated",
+    b"omitted",
+    b"Application shutdown complete",
+    b"Shutting down",
+    b"Exiting",
+    # Progress bars that say which phase the server was in when a pasted traceback starts mid-way.
+    b"Capturing",
+    b"checkpoint shards",
+    b"loading shards",
+    b"while processing method",
+    b"Error executing method",
+    b"stage process",
+    b"Stage ",
+    b"CUDA error",
+)
+
+# Failure lines whose preceding lines are read as context too (the scanner reads BEFORE_LINES of them):
+# the serving traffic or loader progress printed just before a failure says which phase it hit.
+BEFORE_ANCHORS: tuple[bytes, ...] = (
+    b"Traceback",
+    b"hit an exception",
+    b"out of memory",
+    b"Out of memory",
+    b"OutOfMemory",
+    b"while processing method",
+    b"Error executing method",
+)
+
+_TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
+# The statement under a frame names the call in progress; when a paste is cut after it, that callee
+# is the deepest frame we will ever see ("cuda_graph_memory_bytes = self.model_runner.capture_model()").
+_CALLEE_RE = lazy("(", r"([A-Za-z_]\w*)\s*\(")
+_HIT_RE = lazy("hit an exception", r"(?P<who>[\w.]+) hit an exception:?\s*(?P<rest>.*)$")
+_CHAIN_RE = lazy(None, r"During handling of the above exception|The above exception was the direct cause")
+# The line that ends a traceback: an exception class (dotted path allowed) at the start of the message.
+_EXC_LINE_RE = lazy(
+    None,
+    r"^(?P<name>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt|Failure|Warning|Fault|Timeout|Abort))(?:\s*:\s*(?P<msg>.*))?$",
+)
+_CUT_RE = lazy(
+    None,
+    r"^\s*(?:\[\s*(?:\.\.\.|…)[^\]]*\]|\(\s*(?:\.\.\.|…)[^)]*\)|<\s*snip[^>]*>|-+\s*snip\s*-+|\.\.\.\s*\(?\d*\s*(?:lines?\s*)?(?:omitted|truncated|cut)\)?"
+    r"|\[?\s*(?:output\s*)?truncated\s*\]?|\.\.\.|…)\s*$",
+    regex_cache.I,
+)
+_OOM_TEXT_RE = lazy(None, r"out\s*of\s*memory|OutOfMemory|ALLOC_FAILED|NO_MEMORY", regex_cache.I)
+# vLLM's worker wrappers name the method that failed before (or instead of) the traceback.
+_WORKER_METHOD_RE = lazy(None, r"Exception in worker \S+ while processing method (?P<method>\w+)|Error executing method '(?P<method2>\w+)'")
+# A CUDA error printed by C++ code, with no Python traceback of its own (FlashMLA/FlashInfer kernels,
+# NCCL, custom ops): "CUDA error (csrc/x.cu:93): no kernel image is available for execution on the
+# device", "CUDA error: an illegal memory access was encountered". An out-of-memory one is the torch
+# parser's driver OOM; any other is a named terminal error, not an OOM.
+_CUDA_ERROR_RE = lazy("CUDA error", r"^(?:\w+Error:\s*)?CUDA error(?:\s*\([^)]*\))?:\s*(?P<msg>(?!out of memory).+)$", regex_cache.I)
+_CLEAN_END_RE = lazy(("shutdown complete", "Shutting down", "Exiting"), r"Application shutdown complete|Shutting down gracefully|Exiting normally")
+
+
+class RecordParser:
+    """Incremental: ``feed`` one line at a time, ``finish`` at the end of the input."""
+
+    def __init__(self) -> None:
+        # Open records per rank: {refs, frames, chain, opened_by}
+        self._open: dict[str | None, dict] = {}
+
+    def _emit(self, rank: str | None, complete: bool, exc: str | None = None, exc_msg: str | None = None, end: LineRef | None = None) -> list[Event]:
+        rec = self._open.pop(rank, None)
+        if rec is None:
+            return []
+        refs = rec["refs"] + ([end] if end is not None else [])
+        chain = tuple((n, m) for n, m, *_ in rec["chain"]) + (((exc, exc_msg or ""),) if exc else ())
+        values = {
+            "frames": tuple(rec["frames"][-40:]),
+            "all_frames": len(rec["frames"]),
+            "complete": complete,
+            "opened_by": rec["opened_by"],
+            "first_line": refs[0].line,
+            "last_line": refs[-1].line,
+            "chain": chain,
+        }
+        if exc:
+            values["exception"] = exc
+            values["exception_message"] = (exc_msg or "")[:500]
+            values["is_oom"] = bool(_OOM_TEXT_RE.search(exc + " " + (exc_msg or "")))
+        # The first exception of a chain is the cause; an OOM anywhere in the chain is an OOM.
+        values["chain_has_oom"] = any(_OOM_TEXT_RE.search(f"{n} {m}") for n, m in chain)
+        return [Event(KIND_RECORD, (refs[0], refs[-1]) if len(refs) > 1 else (refs[0],), values)]
+
+    def _open_record(self, line: Line, opened_by: str) -> None:
+        self._open[line.ref.rank] = {"refs": [line.ref], "frames": [], "chain": [], "opened_by": opened_by}
+
+    def feed(self, line: Line) -> list[Event]:
+        out: list[Event] = []
+        msg = line.msg
+        rank = line.ref.rank
+        rec = self._open.get(rank)
+        stripped = msg.strip()
+        if rec is not None and rec.get("ended") is not None:
+            # A record whose exception line was read stays open for one more line: a chain header
+            # ("During handling of the above exception") continues it, anything else closes it.
+            if _CHAIN_RE.search(msg):
+                rec["chain"].append(rec.pop("ended"))
+                rec["chaining"] = True
+                rec["refs"][1:] = [line.ref]
+                return out
+            if not stripped:
+                return out
+            name, text, ref = rec.pop("ended")
+            out.extend(self._emit(rank, True, name, text, ref))
+            rec = None
+        if "method" in msg:
+            wm = _WORKER_METHOD_RE.search(msg)
+            if wm and not _OOM_TEXT_RE.search(msg):
+                # The header of a worker's failure without its message: a record whose only frame is the method.
+                if rec is not None:
+                    out.extend(self._emit(rank, complete=False))
+                self._open_record(line, "worker_method")
+                self._open[rank]["frames"].append(("<method>", wm.group("method") or wm.group("method2")))
+                return out
+        if "File " in msg and msg.count('File "') > 1:
+            joined = FRAME_ANYWHERE.findall(msg)
+            if joined:
+                if rec is None:
+                    self._open_record(line, "frames")
+                    rec = self._open[rank]
+                rec["frames"].extend(joined)
+                rec["refs"][1:] = [line.ref]
+                return out
+        if "File " in msg:
+            fm = FRAME_LINE.match(msg)
+            if fm:
+                if rec is None:
+                    # Frames without their header line: the paste starts inside a traceback.
+                    self._open_record(line, "frames")
+                    rec = self._open[rank]
+                rec["frames"].append((fm.group(1), fm.group(2)))
+                rec["refs"][1:] = [line.ref]
+                return out
+        if "Traceback" in msg and _TRACEBACK_RE.search(msg):
+            hit = "hit an exception" in msg and _HIT_RE.search(msg)
+            if rec is not None and rec.get("chaining"):
+                rec["chaining"] = False
+                rec["refs"][1:] = [line.ref]
+                return out
+            if rec is not None:
+                # A new traceback before the last one reached its exception line: that one was cut.
+                out.extend(self._emit(rank, complete=False))
+            self._open_record(line, "hit_exception" if hit else "traceback")
+            return out
+        if "hit an exception" in msg:
+            hit = _HIT_RE.search(msg)
+            if hit:
+                if rec is not None:
+                    out.extend(self._emit(rank, complete=False))
+                self._open_record(line, "hit_exception")
+                rest = hit.group("rest").strip()
+                em = _EXC_LINE_RE.match(rest) if rest else None
+                if em:
+                    # "X hit an exception: RuntimeError: ..." on one line: a whole (frameless) record.
+                    out.extend(self._emit(rank, True, em.group("name"), em.group("msg"), line.ref))
+                return out
+        if rec is not None and rec["frames"] and msg.startswith("    ") and not stripped.startswith(("^", "~", "File ")):
+            callees = _CALLEE_RE.findall(stripped)
+            if callees:
+                rec["frames"].append(("<source>", callees[-1] if len(callees) == 1 else callees[0]))
+            return out
+        if rec is not None and not msg.startswith((" ", "\t")):
+            em = _EXC_LINE_RE.match(stripped)
+            if em:
+                rec["ended"] = (em.group("name"), em.group("msg") or "", line.ref)
+                rec["refs"][1:] = [line.ref]
+                return out
+        if rec is None and "CUDA error" in msg and not _OOM_TEXT_RE.search(msg):
+            ce = _CUDA_ERROR_RE.match(stripped)
+            if ce:
+                values = {
+                    "frames": (),
+                    "all_frames": 0,
+                    "complete": True,
+                    "opened_by": "cuda_error",
+                    "first_line": line.ref.line,
+                    "last_line": line.ref.line,
+                    "chain": (("CUDA error", ce.group("msg")),),
+                    "exception": "CUDA error",
+                    "exception_message": ce.group("msg")[:500],
+                    "is_oom": False,
+                    "chain_has_oom": False,
+                }
+                out.append(Event(KIND_RECORD, (line.ref,), values))
+                return out
+        if stripped and _CUT_RE.match(stripped):
+            out.append(Event(KIND_CUT, (line.ref,), {"text": stripped[:80]}))
+            return out
+        if _CLEAN_END_RE.search(msg):
+            out.append(Event(KIND_CLEAN_END, (line.ref,), {}))
+        return out
+
+    def finish(self) -> list[Event]:
+        out: list[Event] = []
+        for rank in list(self._open):
+            rec = self._open[rank]
+            ended = rec.pop("ended", None)
+            if ended is not None:
+                out.extend(self._emit(rank, True, *ended))
+            else:
+                out.extend(self._emit(rank, complete=False))
+        return out

@@ -1,0 +1,390 @@
+"""PyTorch OOM evidence: the caching-allocator message (three eras), driver-level and host OOMs,
+and the traceback frames that tell where the allocation failed.
+
+Field patterns allow any whitespace (``\\s*``) between words: pasted messages are hard-wrapped
+mid-word or re-wrapped by hand, and continuation lines are joined without a separator.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.base import regex_cache
+from oomdoctor.base.evidence import Event, Line, LineRef, ProcessUsage
+from oomdoctor.evidence import phase as phase_tables
+from oomdoctor.evidence.parsers.captures import named, typed
+from oomdoctor.evidence.parsers.frames import FRAME_LINE
+from oomdoctor.input.patterns import Dispatch, LazyRegex, lazy
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    import re
+    from collections import deque
+else:
+    try:  # the C type collections re-exports: importing collections costs a start ~1 ms
+        from _collections import deque
+    except ImportError:  # pragma: no cover - another implementation
+        from collections import deque
+
+KIND_OOM = "torch_oom"
+KIND_DRIVER_OOM = "driver_oom"
+KIND_HOST_OOM = "host_oom"
+
+ANCHORS: tuple[bytes, ...] = (
+    b"out of memory",
+    b"Out of memory",
+    b"OutOfMemory",
+    b"ALLOC_FAILED",
+    b"CUDA calloc",
+    b"Traceback",
+    b'File "',
+    b"Killed",
+    b"NO_MEMORY",
+    b"can't allocate memory",
+    b"exit code",
+    b"exitcode",
+    b"OOMKilled",
+    b"SIGKILL",
+    b"Tried to allocate",
+    b"insufficient GPU memory",
+    b"cudaMalloc",
+    b"would exceed allowed memory",
+    b"Not enough memory to handle",
+    b"Cannot allocate memory",
+    b"memory pressure",
+    b"running low on memory",
+    b"Memory on the node",
+    b"ray-oom-prevention",
+    b"OUT_OF_MEMORY",
+    b"cudaErrorMemoryAllocation",
+)
+
+_SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
+
+# --- the allocator message -------------------------------------------------------------------
+_OOM_START_RE = named(None,
+    # Device words of the allocator forks: ROCm (HIP), Ascend (NPU), Intel (XPU; DPCPP in old IPEX), Cambricon
+    # (MLU), Moore Threads (MUSA), Apple ("MPS backend out of memory").
+    # A whole word only: "NVIDIA MPS out of memory" is the Multi-Process Service, and Apple's always says "backend".
+    r"(?<![A-Za-z])(?P<backend_str>CUDA|HIP|NPU|XPU|MLU|MUSA|DPCPP|MPS(?=\s*backend))\s*(?:backend\s*)?out\s*of\s*memory\b"
+    r"|(?<![A-Za-z])Out\s*of\s*memory\.\s*Tried\s*to\s*allocate"
+    # The allocator body without its header (a re-wrapped or cut paste): a byte size, then the device clause.
+    # SGLang's token pool says "Try to allocate N tokens" and never matches.
+    r"|(?<![A-Za-z])Tried\s*to\s*allocate\s*\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)\s*[.(]?\s*\(?\s*(?:GPU|NPU|XPU|MLU|device)\s*\d+\s*(?:has|;)"
+)
+_OOM_COMPLETE_RE = lazy(None,
+    r"reserved\s*by\s*PyTorch\s*but\s*unallocated|reserved\s*in\s*total\s*by\s*PyTorch\s*\)|\bcached\s*\)"
+    r"|See\s*documentation|PYTORCH_(?:CUDA_)?ALLOC_CONF|PYTORCH_MPS_HIGH_WATERMARK_RATIO"
+)
+# Group names say unit and output key (captures.py): a *_size group is "2.00 GiB" read as capacity_bytes.
+# A request is read as a request (``_ask``): one larger than any card is the diagnosis, not a misprint.
+_REQUESTED_RE = named("allocate", rf"Tried\s*to\s*allocate\s*(?P<requested_ask>{_SIZE})")
+# Era 2 spells "capacity"; era 1 printed "capacty". PyTorch 2.3 printed the device index as a character
+# (PR 123984): that control character is the index (GPU 3 printed \x03); a blank one (GPU 9, a tab) or
+# one a paste dropped leaves it unknown. Intel's first in-tree XPU allocator printed no "of which ... is free".
+_ERA2_RE = named("total",
+    rf"(?:GPU|NPU|XPU|MLU|device)\s*(?P<device_n>\d+)?(?P<device_char_str>[\x00-\x1f])?\s*has\s*a\s*total\s*capac(?P<era2_flag>i)?ty\s*of\s*(?P<capacity_size>{_SIZE})"
+    rf"(?:\s*of\s*which\s*(?P<free_size>{_SIZE})\s*is\s*free)?"
+)
+# Intel's extension (IPEX) printed the era-0 form without "free". Before "reserved in total by PyTorch"
+# (PyTorch <= 1.3, and old torch_npu) the last figure was "cached": reserved minus allocated, not the total.
+_ERA0_RE = named("total",
+    rf"\(\s*(?:GPU|NPU|XPU|MLU)\s*(?P<device_n>\d+)\s*;\s*(?P<capacity_size>{_SIZE})\s*total\s*capac(?:i)?ty\s*;\s*"
+    rf"(?:(?P<allocated_size>{_SIZE})\s*already\s*allocated\s*;\s*)?(?:{_SIZE}\s*current\s*active\s*;\s*)?(?:(?P<free_size>{_SIZE})\s*free\s*;\s*)?"
+    rf"(?:(?P<allowed_size>{_SIZE})\s*allowed\s*;\s*)?(?P<reserved_size>{_SIZE})\s*(?:reserved\s*in\s*total\s*by\s*PyTorch|(?P<cached_flag>cached))"
+)
+# "Process has X" without a PID (a redacted or cut paste) is a process of unknown identity, not this one.
+_PROCESS_RE = named("memory", rf"(?:Process\s*(?P<pid_n>\d+)|(?P<this_flag>this\s*process)|Process)\s*has\s*(?P<used_size>{_SIZE})\s*memory\s*in\s*use")
+_ALLOWED_RE = named("allowed", rf"(?P<allowed_size>{_SIZE})\s*allowed\s*;")
+_ALLOCATED_RE = named("allocated", rf"Of\s*the\s*allocated\s*memory\s*(?P<allocated_size>{_SIZE})\s*is\s*allocated\s*by\s*PyTorch")
+_PRIVATE_RE = named("private", rf"with\s*(?P<private_pool_size>{_SIZE})\s*allocated\s*in\s*private\s*pools")
+_UNALLOCATED_RE = named("unallocated", rf"and\s*(?P<reserved_unallocated_size>{_SIZE})\s*is\s*reserved\s*by\s*PyTorch\s*but\s*unallocated")
+# The order parse_oom_message has always listed an era-0 message's implausible sizes in.
+_ERA0_IMPLAUSIBLE_ORDER = ("capacity_bytes", "free_bytes", "allocated_bytes", "reserved_bytes", "allowed_bytes")
+_EXC_RE = lazy(None, r"([A-Za-z_][\w.]*(?:Error|Exception))\s*(?::|\(\s*['\"])\s*(?:[\w ]+:\s*)?$")
+
+_WRAPPERS: tuple[tuple[str, LazyRegex], ...] = (
+    ("cuda_graph_capture", lazy(None, r"Capture cuda graph failed|CUDA graph capture failed|capture failed", regex_cache.I)),
+    ("repr", lazy(None, r"OutOfMemoryError\(\s*['\"]")),
+    ("json_body", lazy(None, r"\{\s*\"(?:error|detail|message)\"")),
+    ("worker", lazy(None, r"Worker failed with error")),
+    ("engine", lazy(None, r"EngineGenerateError|EngineDeadError|MQEngineDeadError")),
+    ("pytest", lazy(None, r"^FAILED \S+::")),
+)
+
+# --- other OOM signatures ---------------------------------------------------------------------
+_DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
+    ("cuda_runtime", lazy("CUDA error", r"CUDA error: out of memory")),
+    # TurboMind (lmdeploy): "[TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/memory_utils.cu:32".
+    ("cuda_runtime_error", lazy("CUDA runtime error", r"CUDA runtime error:? out of memory")),
+    ("cublas", lazy("CUBLAS_STATUS", r"CUBLAS_STATUS_ALLOC_FAILED|CUBLAS_STATUS_NOT_INITIALIZED")),
+    # NCCL's CUDACHECK prints "Cuda failure 'out of memory'", its driver-API CUCHECK "Cuda failure 2 'out of memory'".
+    ("nccl", lazy(("Cuda failure", "Failed to CUDA calloc"), r"Cuda failure (?:\d+ )?'?out of memory'?|Failed to CUDA calloc")),
+    # PyTorch's driver-API check (cuMem* under expandable_segments, symmetric memory): "CUDA driver error: out of memory".
+    ("cuda_driver", lazy("CUDA driver error", r"CUDA driver error: out of memory")),
+    # The same runtime check on a ROCm build: "HIP error: out of memory".
+    ("hip_runtime", lazy("HIP error", r"HIP error: out of memory")),
+    # PyTorch <= ~1.10's THC: "cuda runtime error (2) : out of memory at .../THCTensorRandom.cu:25",
+    # "THCudaCheck FAIL file=... line=... error=2 : out of memory".
+    ("thc", lazy(("cuda runtime error", "THCudaCheck"), r"cuda runtime error \(2\) : out of memory|THCudaCheck FAIL .*: out of memory")),
+    # cuDNN's and cuFFT's workspace and plan allocations, as the error PyTorch raises: "cuDNN error:
+    # CUDNN_STATUS_ALLOC_FAILED" (cuDNN v8's benchmarking warns with the same status and carries on).
+    ("cudnn", lazy("CUDNN_STATUS_ALLOC_FAILED", r"cuDNN error: CUDNN_STATUS_ALLOC_FAILED")),
+    ("cufft", lazy("CUFFT_ALLOC_FAILED", r"cuFFT error: CUFFT_ALLOC_FAILED")),
+    ("cumem_allocator", lazy("CUDA Error", r"CUDA Error: out of memory at")),
+    ("hip", lazy("hipErrorOutOfMemory", r"hipErrorOutOfMemory")),
+    ("cusolver", lazy(None, r"cusolver_status_alloc_failed", regex_cache.I)),
+    ("nvrm", lazy("NV_ERR_NO_MEMORY", r"NVRM.*NV_ERR_NO_MEMORY|Out of memory \[NV_ERR_NO_MEMORY\]")),
+    # TensorRT-LLM's buffers: "CUDA runtime error in ::cudaMallocAsync(...): out of memory".
+    ("cuda_malloc", lazy("cudaMalloc", r"cudaMalloc\w*\(.*\):\s*out of memory")),
+    # The same check's tail when a paste cut the call off: "...->get()): out of memory (/app/.../tllmBuffers.h:112)".
+    ("cuda_check", lazy("out of memory (", r"\):\s*out of memory \(\S+\.(?:h|hpp|cu|cuh|cpp|cc):\d+\)")),
+    # Candle/TGI's Rust allocator, and TGI/LoRAX warmup verdicts (the prefill did not fit).
+    ("device_limit", lazy("would exceed allowed memory", r"would exceed allowed memory")),
+    ("warmup_prefill", lazy("Not enough memory to handle", r"Not enough memory to handle \d+ prefill tokens")),
+    # TensorRT-LLM's executor: "Executor creation failed due to insufficient GPU memory".
+    ("trtllm_executor", lazy("insufficient GPU memory", r"insufficient GPU memory")),
+    # ggml (llama.cpp and its servers): "allocating 372.08 MiB on device 0: cudaMalloc failed: out of memory".
+    ("ggml_cuda_malloc", lazy(("cudaMalloc", "hipMalloc"), r"(?:cuda|hip)Malloc\w* failed: out of memory")),
+    # The CUDA driver API's and runtime API's names for it (JAX/XLA on GPU, CuPy, Numba, TensorRT).
+    ("cuda_driver_api", lazy("CUDA_ERROR_OUT_OF_MEMORY", r"CUDA_ERROR_OUT_OF_MEMORY")),
+    ("cuda_runtime_enum", lazy("cudaErrorMemoryAllocation", r"cudaErrorMemoryAllocation")),
+    # XLA (JAX, sglang-jax, vLLM on TPU): "RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...",
+    # "RESOURCE_EXHAUSTED: ... Ran out of memory in memory space hbm".
+    ("xla_resource_exhausted", lazy("RESOURCE_EXHAUSTED", r"RESOURCE_EXHAUSTED:.{0,120}?(?:Out of memory|[Rr]an out of memory)")),
+)
+_HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
+    ("cpu_allocator", "strong", lazy("DefaultCPUAllocator", r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (\d+) bytes)?")),
+    ("kernel_oom_killer", "strong", lazy("Killed process", r"Out of memory: Killed process (\d+) \(([^)]*)\)")),
+    ("cgroup", "strong", lazy(("Memory cgroup out of memory", "oom-kill:", "OOMKilled"), r"Memory cgroup out of memory|oom-kill:|OOMKilled")),
+    # ENOMEM from the host: mmap of a checkpoint, fork of a loader worker.
+    ("enomem", "strong", lazy("Cannot allocate memory", r"\[Errno 12\] Cannot allocate memory|Cannot allocate memory \(12\)|unable to mmap \d+ bytes.*Cannot allocate memory")),
+    # Ray's memory monitor kills workers before the kernel does.
+    # Its report may reach a paste without its first sentence: the node's memory line and the link to
+    # Ray's OOM-prevention page are its own too.
+    (
+        "ray_memory_monitor",
+        "strong",
+        lazy(
+            ("memory pressure", "running low on memory", "Memory on the node", "ray-oom-prevention"),
+            r"killed due to memory pressure \(OOM\)|Task was killed due to the node running low on memory"
+            r"|Memory on the node \(IP: [^)]*\) where the (?:task|actor)|docs\.ray\.io/\S*ray-oom-prevention",
+        ),
+    ),
+    ("sigkill", "weak", lazy(("Killed", "137", "-9", "signal 9", "SIGKILL"), r"(?:^|[\s\]|])Killed\s*$|\b\d+ Killed\s|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|exit code:?\s*-9\b|signal 9\b|SIGKILL")),
+)
+# The tables as rows the dispatch hands out: only the rows whose needle is in a line are tried.
+_DRIVER_DISPATCH: Dispatch[str] = Dispatch(tuple((pattern, source) for source, pattern in _DRIVER_PATTERNS))
+_HOST_DISPATCH: Dispatch[tuple[str, str]] = Dispatch(tuple((pattern, (source, strength)) for source, strength, pattern in _HOST_PATTERNS))
+
+_TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
+# A traceback's exception line naming PyTorch's OOM class, with its colon (not a source line: those are
+# indented; not the bare class name a bug report quotes in prose).
+_OOM_EXCEPTION_LINE_RE = lazy("OutOfMemoryError", r"(?P<exc>torch\.(?:cuda\.)?OutOfMemoryError):")
+_METHOD_RE = lazy("processing method", r"while processing method (\w+)")
+
+def _wrapper_of(text: str) -> str | None:
+    return next((name for name, pattern in _WRAPPERS if pattern.search(text)), None)
+
+
+def classify_frames(frames: tuple[tuple[str, str], ...]) -> tuple[str, str | None]:
+    """Stage and phase (v1 vocabulary) of a failed allocation from its traceback frames (file, function).
+
+    The frame table is data (``data/phases.toml``, read by the phase step); this keeps the coarse
+    v1 names rules use: stage weight_loading / kv_pool / cuda_graph / encoder / forward, and for a
+    forward pass its phase, prefill or decode.
+    """
+    found = phase_tables.classify_frames(frames)
+    if found is None:
+        return "unknown", None
+    stage = phase_tables.legacy_stage(found)
+    if found == "profiling":
+        return "profile", None  # vLLM's facts turn this into a forward pass in its profile phase
+    if found in ("prefill", "decode"):
+        return stage, found
+    if stage in ("forward", "cuda_graph"):
+        # A graph capture or a generic forward: the deepest prefill/decode frame names the pass.
+        for rule in phase_tables.tables().frames:
+            if rule.phase in ("prefill", "decode") and rule.func is not None and any(rule.func.search(func) for _, func in frames):
+                return stage, rule.phase
+    return stage, None
+
+
+def parse_oom_message(text: str) -> dict:
+    """Numbers of one (joined) allocator OOM message; absent clauses are simply missing keys."""
+    values: dict = {}
+    bad: list[str] = []
+
+    def sizes(m: re.Match[str], order: tuple[str, ...] | None = None) -> dict:
+        # typed() with the implausible sizes (None in its values) listed in ``bad``.
+        found: dict[str, str] = {}
+        v = typed(m, found)
+        bad.extend(found[k] for k in (order or found) if k in found)
+        return v
+
+    m = _OOM_START_RE.search(text)
+    values["backend"] = (typed(m)["backend"] if m else None) or "CUDA"
+    requested = _REQUESTED_RE.search(text)
+    if requested:
+        values.update(sizes(requested))
+    era2 = _ERA2_RE.search(text)
+    era0 = _ERA0_RE.search(text)
+    if era2:
+        v = sizes(era2)
+        values["era"] = 2 if v.pop("era2") else 1
+        char = v.pop("device_char", None)
+        if v.get("device") is None and char:
+            v["device"] = ord(char)
+        values.update(v)  # device, capacity_bytes, free_bytes
+    elif era0:
+        v = sizes(era0, _ERA0_IMPLAUSIBLE_ORDER)
+        values["era"] = 0
+        values["device"] = v.get("device")
+        values["capacity_bytes"] = v.get("capacity_bytes")
+        values["free_bytes"] = v.get("free_bytes")
+        allocated, reserved = v.get("allocated_bytes"), v.get("reserved_bytes")
+        if allocated is not None:
+            values["allocated_bytes"] = allocated
+        if reserved is not None and v.get("cached"):
+            # "X cached" is what the allocator holds beyond what is allocated.
+            values["reserved_unallocated_bytes"] = reserved
+            if allocated is not None:
+                values["reserved_bytes"] = allocated + reserved
+        elif reserved is not None:
+            values["reserved_bytes"] = reserved
+            if allocated is not None:
+                values["reserved_unallocated_bytes"] = max(reserved - allocated, 0)
+        if era0.group("allowed_size"):
+            values["allowed_bytes"] = v.get("allowed_bytes")  # None when implausible: then no other "allowed" is read
+    processes: list[ProcessUsage] = []
+    for pm in _PROCESS_RE.finditer(text):
+        p = sizes(pm)
+        if p["used_bytes"] is None:
+            continue
+        processes.append(ProcessUsage(pid=p["pid"], used_bytes=p["used_bytes"], is_self=bool(p["this"])))
+    if processes:
+        values["processes"] = tuple(processes)
+    if "allowed_bytes" not in values:
+        allowed_m = _ALLOWED_RE.search(text)
+        if allowed_m:
+            values.update(sizes(allowed_m))
+    for pattern in (_ALLOCATED_RE, _PRIVATE_RE, _UNALLOCATED_RE):
+        found = pattern.search(text)
+        if found:
+            values.update(sizes(found))
+    values["wrapper"] = _wrapper_of(text)
+    values["complete"] = bool(_OOM_COMPLETE_RE.search(text))
+    if bad:
+        values["implausible"] = tuple(bad)
+    return {k: v for k, v in values.items() if v is not None}
+
+
+class TorchParser:
+    """Incremental parser: ``feed`` one line at a time, ``finish`` at the end; no I/O."""
+
+    def __init__(self) -> None:
+        self._frames: dict[str | None, deque[tuple[str, str]]] = {}
+        # (line refs, joined message, rank, exception name, wrapper seen before the message)
+        self._pending: tuple[list[LineRef], str, str | None, str | None, str | None] | None = None
+
+    def _frames_of(self, rank: str | None) -> deque[tuple[str, str]]:
+        frames = self._frames.get(rank)
+        if frames is None:
+            frames = self._frames[rank] = deque(maxlen=80)
+        return frames
+
+    def _emit_pending(self) -> list[Event]:
+        if self._pending is None:
+            return []
+        refs, text, rank, exc, wrapper = self._pending
+        self._pending = None
+        values = parse_oom_message(text)
+        if wrapper:
+            values["wrapper"] = wrapper
+        if exc:
+            values["exception"] = exc
+        frames = tuple(self._frames_of(rank))
+        method = _METHOD_RE.search(refs[0].text)
+        if method:
+            # vLLM's multiprocess workers print "... while processing method load_model: <OOM>" and the
+            # traceback only after the message.
+            frames = (*frames, ("", method.group(1)))
+        stage, phase = classify_frames(frames)
+        values["stage"] = stage
+        if phase:
+            values["phase"] = phase
+        values["frames"] = frames[-40:]
+        values["message"] = text[:2000]
+        return [Event(KIND_OOM, tuple(refs), values)]
+
+    @staticmethod
+    def _continues(line: Line, rank: str | None) -> bool:
+        msg = line.msg.strip()
+        if not msg or line.ts is not None or line.ref.rank != rank:
+            return False
+        return not (msg.startswith(("Traceback", "File ", "During handling", "The above exception", "[")) or _OOM_START_RE.search(msg))
+
+    def feed(self, line: Line) -> list[Event]:
+        out: list[Event] = []
+        msg = line.msg
+        if self._pending is not None:
+            refs, text, rank, exc, wrapper = self._pending
+            if self._continues(line, rank) and len(refs) < 6:
+                # Blanks at the end of a piece are a console's padding, not the message's.
+                text = text.rstrip() + msg.strip()
+                refs.append(line.ref)
+                self._pending = (refs, text, rank, exc, wrapper)
+                if _OOM_START_RE.search(text) and _OOM_COMPLETE_RE.search(text):
+                    out.extend(self._emit_pending())
+                return out
+            out.extend(self._emit_pending())
+
+        if "File " in msg:
+            fm = FRAME_LINE.match(msg)
+            if fm:
+                self._frames_of(line.ref.rank).append((fm.group(1), fm.group(2)))
+                return out
+        if "Traceback" in msg and _TRACEBACK_RE.search(msg):
+            self._frames_of(line.ref.rank).clear()
+
+        start = _OOM_START_RE.search(msg)
+        if start:
+            head = msg[: start.start()]
+            exc_m = _EXC_RE.search(head)
+            text = msg[start.start():]
+            pending_refs = [line.ref]
+            # The wrapper is named by what precedes the message on its line; parse_oom_message sees only the message.
+            self._pending = (pending_refs, text, line.ref.rank, exc_m.group(1) if exc_m else None, _wrapper_of(head))
+            if _OOM_COMPLETE_RE.search(text):
+                out.extend(self._emit_pending())
+            return out
+
+        bare = _OOM_EXCEPTION_LINE_RE.match(msg.strip())
+        if bare:
+            # The exception line itself, its allocator message cut off or not yet printed: an OOM whose
+            # numbers are missing (the message is incomplete), read with the frames above it.
+            self._pending = ([line.ref], msg.strip()[bare.end() :].strip(), line.ref.rank, bare.group("exc"), None)
+            return out
+
+        for pattern, source in _DRIVER_DISPATCH.candidates(msg):
+            if pattern.search(msg):
+                frames = tuple(self._frames_of(line.ref.rank))
+                stage, phase = classify_frames(frames)
+                driver: dict[str, object] = {"source": source, "stage": stage, "frames": frames[-40:]}
+                if phase:
+                    driver["phase"] = phase
+                out.append(Event(KIND_DRIVER_OOM, (line.ref,), driver))
+                return out
+        for pattern, (source, strength) in _HOST_DISPATCH.candidates(msg):
+            hm = pattern.search(msg)
+            if hm:
+                values: dict[str, object] = {"source": source, "strength": strength}
+                if source == "kernel_oom_killer":
+                    values["pid"] = int(hm.group(1))
+                    values["process_name"] = hm.group(2)
+                if source == "cpu_allocator" and hm.group(1):
+                    values["requested_bytes"] = int(hm.group(1))
+                out.append(Event(KIND_HOST_OOM, (line.ref,), values))
+                return out
+        return out
+
+    def finish(self) -> list[Event]:
+        return self._emit_pending()

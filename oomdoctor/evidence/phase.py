@@ -1,0 +1,299 @@
+"""The phase step (DESIGN §2.1): where in the server's life a failure happened, before its class.
+
+The phase comes from the strongest source available, in this order: an engine-authored verdict line
+(the engine says what it was doing), traceback frames, the log lines around the failure (startup
+milestones, loader or capture progress, serving traffic), nothing. The tables are data
+(``data/phases.toml``); this module only applies them.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.base import regex_cache
+from oomdoctor.base import toml_data as _toml
+from oomdoctor.base.evidence import Event, LineRef
+from oomdoctor.base.memo import memo
+from oomdoctor.base.records import record
+from oomdoctor.base.toml_data import data_text
+from oomdoctor.input.patterns import LazyRegex
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
+
+SOURCES = ("engine", "frames", "context", "none")
+# How much each source is worth when the confidence model weighs a class that depends on the phase.
+STRENGTH = {"engine": 1.0, "frames": 0.9, "context": 0.6, "none": 0.0}
+
+
+@record(frozen=True, slots=True)
+class PhaseSpec:
+    name: str
+    stage: str
+    likely_class: str
+    doc: str
+
+
+@record(frozen=True, slots=True)
+class FrameRule:
+    phase: str
+    func: LazyRegex | None
+    path: LazyRegex | None
+    example: str
+    within: LazyRegex | None = None  # with func: the frame's path must match this too
+
+
+@record(frozen=True, slots=True)
+class ContextRule:
+    phase: str
+    pattern: LazyRegex
+    example: str
+    # A line that names the stage that failed (multi-stage servers) counts even after the failure.
+    after_failure: bool = False
+
+
+@record(frozen=True, slots=True)
+class Tables:
+    phases: dict[str, PhaseSpec]
+    frames: tuple[FrameRule, ...]
+    context: tuple[ContextRule, ...]
+    milestones: dict[str, str]
+    # Every context pattern in one alternation: most lines match none, and one search says so where a
+    # search per rule took ~13 (each rule is still tried in order on a line this one matches).
+    any_context: LazyRegex | None = None
+
+
+@record(frozen=True, slots=True)
+class Phase:
+    """A phase with where it came from; ``ref`` is the line that decided it (if any)."""
+
+    name: str
+    source: str
+    ref: LineRef | None = None
+    detail: str = ""
+
+    @property
+    def strength(self) -> float:
+        return STRENGTH[self.source]
+
+    @property
+    def stage(self) -> str:
+        return tables().phases[self.name].stage
+
+    @property
+    def likely_class(self) -> str:
+        return tables().phases[self.name].likely_class
+
+
+UNKNOWN = Phase("unknown", "none")
+
+
+def _lazy(source: str) -> LazyRegex:
+    """A table regex compiled when first tried: a small log tries few of the ~30 frame and context
+    patterns, and compiling them all cost ~3 ms of its start (tests/test_phase_tables.py compiles every one)."""
+    return LazyRegex(None, source)
+
+
+def parse_tables(text: str) -> Tables:
+    data = _toml.loads(text)
+    phases = {
+        name: PhaseSpec(name, entry["stage"], entry.get("likely_class", ""), entry.get("doc", "")) for name, entry in data["phases"].items()
+    }
+
+    def known(name: str, where: str) -> str:
+        if name not in phases:
+            raise ValueError(f"phases.toml: {where}: unknown phase {name!r}")
+        return name
+
+    frames = tuple(
+        FrameRule(
+            known(e["phase"], "frames"),
+            _lazy(e["func"]) if e.get("func") else None,
+            _lazy(e["path"]) if e.get("path") else None,
+            e.get("example", ""),
+            _lazy(e["within"]) if e.get("within") else None,
+        )
+        for e in data.get("frames", [])
+    )
+    context = tuple(
+        ContextRule(known(e["phase"], "context"), _lazy(e["pattern"]), e.get("example", ""), bool(e.get("after_failure", False)))
+        for e in data.get("context", [])
+    )
+    milestones = {e["kind"]: known(e["phase"], "milestones") for e in data.get("milestones", [])}
+    any_context = _lazy("|".join(f"(?:{_scoped(e['pattern'])})" for e in data.get("context", []))) if context else None
+    return Tables(phases, frames, context, milestones, any_context)
+
+
+_LEADING_FLAGS = regex_cache.compile(r"\(\?([aiLmsux]+)\)")
+
+
+def _scoped(source: str) -> str:
+    """A pattern whose leading global flags (``(?i)...``) apply to it alone, so it can sit in an alternation."""
+    m = _LEADING_FLAGS.match(source)
+    return f"(?{m.group(1)}:{source[m.end():]})" if m else source
+
+
+@memo()
+def tables() -> Tables:
+    return parse_tables(data_text("phases.toml"))
+
+
+def classify_frames(frames: tuple[tuple[str, str], ...] | list[tuple[str, str]] | None) -> str | None:
+    """The phase named by a traceback's frames (file, function), or None."""
+    if not frames:
+        return None
+    for rule in tables().frames:
+        for path, func in frames:
+            func_hit = rule.func is not None and rule.func.search(func) and (rule.within is None or rule.within.search(path))
+            if func_hit or (rule.path is not None and rule.path.search(path)):
+                return rule.phase
+    return None
+
+
+# Ray's log deduplication prints the first of a run of similar lines at once and the rest, up to five
+# seconds later, as one line ending "[repeated 30x across cluster]": a late copy of what happened
+# before, so it says nothing about where the processes are now.
+_RAY_DEDUP_COPY = LazyRegex("across cluster]", r"\[repeated \d+x across cluster\]\s*$")
+
+
+def late_copy(text: str) -> bool:
+    """Whether a line is Ray's deduplicated copy of earlier lines (not a sign of the current phase)."""
+    return _RAY_DEDUP_COPY.search(text) is not None
+
+
+def classify_context(text: str) -> ContextRule | None:
+    """The context rule a log line matches (its phase, and whether it may follow the failure), or None."""
+    if late_copy(text):
+        return None
+    found = tables()
+    if found.any_context is not None and found.any_context.search(text) is None:
+        return None
+    for rule in found.context:
+        if rule.pattern.search(text):
+            return rule
+    return None
+
+
+def milestone_phase(events: list[Event], index: int) -> tuple[str, LineRef | None]:
+    """The phase by the startup milestones before event ``index`` (the v1 stage ladder)."""
+    phase, ref = "unknown", None
+    table = tables().milestones
+    for event in events[:index]:
+        found = table.get(event.kind)
+        if found is not None and not late_copy(event.ref.text):
+            phase, ref = found, event.ref
+    return phase, ref
+
+
+def legacy_stage(phase_name: str) -> str:
+    return tables().phases[phase_name].stage
+
+
+# Engine-authored lines that say by themselves what the engine was doing when it failed.
+_ENGINE_PHASES: dict[str, str] = {
+    "not_enough_memory": "kv_pool",
+    "weights_leave_no_kv": "kv_pool",
+    "hybrid_state_not_enough": "kv_pool",
+    "profiled_negative": "kv_pool",
+    "vllm_no_cache_blocks": "kv_pool",
+    "vllm_one_request_does_not_fit": "kv_pool",
+    "req_slots_fail": "serving",
+    "omni_encoder_fail": "encoder",
+}
+
+
+# Engine messages among the driver-level OOMs that say what the engine was doing (TGI/LoRAX warmup:
+# "Not enough memory to handle N prefill tokens" is the warmup's prefill pass).
+_ENGINE_DRIVER_SOURCES: dict[str, str] = {"warmup_prefill": "profiling"}
+
+
+def infer(events: list[Event], failure_index: int, oom: Event | None, records: list[Event]) -> Phase:
+    """The phase of the failure at ``events[failure_index]`` from the strongest source available.
+
+    ``oom`` is the allocator/driver OOM event (its own frames come first); ``records`` are the
+    failure records (tracebacks) of the run, from which the one that belongs to the failure is taken.
+    """
+    failure = events[failure_index] if 0 <= failure_index < len(events) else None
+    # 1. Engine verdict lines.
+    for e in events[: failure_index + 1] if failure is not None else events:
+        if e.kind == "capture_failed" and e.get("is_oom"):
+            return Phase("graph_capture", "engine", e.ref, "the engine reported a CUDA graph capture failure")
+        if e.kind == "kv_alloc_fail":
+            return Phase("prefill" if e.get("which") == "prefill" else "decode", "engine", e.ref, "SGLang's KV allocator failed")
+        name = _ENGINE_PHASES.get(e.kind) or (_ENGINE_DRIVER_SOURCES.get(e.get("source", "")) if e.kind == "driver_oom" else None)
+        if name is not None:
+            return Phase(name, "engine", e.ref, "an engine-authored memory error")
+    # 2. Frames: the record that carries the failure (its frames and the calls in progress on their
+    #    source lines), with the OOM's own traceback.
+    record = owning_record(records, failure.ref.line if failure is not None else None)
+    frames = tuple(record.get("frames") or ()) if record is not None else ()
+    if oom is not None:
+        frames = frames + tuple(oom.get("frames") or ())
+    found = classify_frames(frames)
+    if found:
+        ref = oom.ref if oom is not None else (record.ref if record is not None else None)
+        return _refine(Phase(found, "frames", ref, "traceback frames of the failure"), events, failure_index)
+    # 3. Context: the last context line or milestone before the failure.
+    line = failure.ref.line if failure is not None else (record.ref.line if record is not None else None)
+    best: tuple[int, str, LineRef] | None = None
+    upto = failure_index if failure is not None else len(events)
+    milestone, mref = milestone_phase(events, upto)
+    if milestone != "unknown" and mref is not None:
+        best = (mref.line, milestone, mref)
+    for e in events:
+        if e.kind != "context_line" or (line is not None and e.ref.line > line and not e.get("after_failure")):
+            continue
+        if best is None or e.ref.line >= best[0]:
+            best = (e.ref.line, e.get("phase"), e.ref)
+    if best is not None:
+        return Phase(best[1], "context", best[2], "log lines before the failure")
+    return UNKNOWN
+
+
+def _refine(found: Phase, events: list[Event], failure_index: int) -> Phase:
+    """Refine a frames phase with what the log said just before the failure.
+
+    A profiling pass that the engine said runs the multimodal encoder is an encoder failure; a
+    generic serving frame (the engine's busy loop) takes the runtime phase the last context line
+    names (prefill, decode, KV slot allocation, encoder).
+    """
+    before = events[: failure_index + 1] if failure_index >= 0 else events
+    if found.name == "serving":
+        last = next((e for e in reversed(before) if e.kind == "context_line"), None)
+        if last is not None and last.get("phase") in _RUNTIME_REFINEMENTS:
+            return Phase(last.get("phase"), found.source, found.ref, f"{found.detail}, refined by {last.ref.path}:{last.ref.line}")
+        return found
+    if found.name != "profiling":
+        return found
+    if any(e.kind == "vllm_mm_profile" or (e.kind == "context_line" and e.get("phase") == "encoder") for e in before):
+        return Phase("encoder", found.source, found.ref, "a profiling pass over the multimodal encoder")
+    return found
+
+
+_RUNTIME_REFINEMENTS = frozenset({"prefill", "decode", "sampling", "encoder", "kv_alloc"})
+
+
+def owning_record(records: list[Event], line: int | None) -> Event | None:
+    """The failure record a failure at ``line`` belongs to.
+
+    The record that ends at (or just after) the failure line, else one that starts after it and
+    carries an OOM in its chain (vLLM prints the exception repr first, the traceback after it).
+    Records that ended before the failure belong to earlier failures and are never borrowed.
+    """
+    if not records:
+        return None
+    if line is None:
+        return records[-1]
+    covering = [r for r in records if r.get("first_line", 0) <= line <= r.get("last_line", 0) + 3]
+    if covering:
+        return covering[-1]
+    # vLLM prints the exception's repr, then its traceback on the next line: a record that opens within
+    # a few lines after the failure is its own, even when the paste stops before the record's end.
+    after = [r for r in records if line < r.get("first_line", 0) and (r.get("chain_has_oom") or r.get("first_line", 0) <= line + _FOLLOWS_WITHIN_LINES)]
+    return after[0] if after else None
+
+
+_FOLLOWS_WITHIN_LINES = 3
+
+
+def describe(phase: Phase) -> dict[str, Any]:
+    return {"name": phase.name, "source": phase.source}

@@ -1,0 +1,99 @@
+"""The fact vocabulary (``data/facts.toml``): every name a rule may use, its type, unit and source.
+
+Rules are validated against it, the facts store refuses names it does not declare, and the
+"what would decide it" lists read each fact's source from it, so a missing fact is always named with
+the command that would provide it.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.base import regex_cache
+from oomdoctor.base import toml_data as _toml
+from oomdoctor.base.memo import memo
+from oomdoctor.base.records import record
+from oomdoctor.base.toml_data import data_text
+
+TYPES = ("bool", "bytes", "fraction", "count", "tokens", "int", "number", "str", "list", "object")
+
+
+@record(frozen=True, slots=True)
+class FactSpec:
+    name: str
+    type: str
+    unit: str
+    systems: tuple[str, ...]
+    source: str
+    doc: str
+
+    @property
+    def internal(self) -> bool:
+        """Internal facts carry objects for views and advice; rules never name them."""
+        return self.name.startswith("_")
+
+
+@record(frozen=True, slots=True)
+class Catalogue:
+    facts: dict[str, FactSpec]
+    sources: dict[str, str]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.facts
+
+    def suggest(self, name: str) -> str | None:
+        """The declared fact nearest to a misspelled one, for a 'did you mean' line."""
+        import difflib
+
+        close = difflib.get_close_matches(name, [n for n in self.facts if not n.startswith("_")], n=1, cutoff=0.6)
+        return close[0] if close else None
+
+    def how_to_get(self, name: str) -> str:
+        spec = self.facts.get(name)
+        if spec is None:
+            return self.sources["whole_log"]
+        return self.sources[spec.source]
+
+
+def parse(text: str) -> Catalogue:
+    data = _toml.loads(text)
+    sources = {str(k): str(v) for k, v in data["sources"].items()}
+    facts: dict[str, FactSpec] = {}
+    for name, entry in data["facts"].items():
+        spec = FactSpec(
+            name=name,
+            type=entry["type"],
+            unit=entry.get("unit", ""),
+            systems=tuple(entry["systems"]),
+            source=entry["source"],
+            doc=entry["doc"],
+        )
+        if spec.type not in TYPES:
+            raise ValueError(f"facts.toml: {name}: type {spec.type!r} is not one of {', '.join(TYPES)}")
+        if spec.source not in sources:
+            raise ValueError(f"facts.toml: {name}: source {spec.source!r} is not a key of [sources]")
+        if spec.type == "bytes" and not name.endswith("_bytes"):
+            raise ValueError(f"facts.toml: {name}: a size in bytes must be named *_bytes")
+        facts[name] = spec
+    return Catalogue(facts=facts, sources=sources)
+
+
+@memo()
+def load() -> Catalogue:
+    return parse(data_text("facts.toml"))
+
+
+@memo()
+def names() -> frozenset[str]:
+    """The declared fact names, read from the table headers alone.
+
+    Every fact write checks its name (the store refuses undeclared ones); parsing the whole TOML for
+    that would cost a small log ~10 ms, while the `[facts.NAME]` headers are enough. A test keeps the
+    two readings equal.
+    """
+    return frozenset(m.strip('"') for m in _HEADER_RE.findall(data_text("facts.toml")))
+
+
+_HEADER_RE = regex_cache.compile(r'^\[facts\.("?[\w]+"?)\]\s*$', regex_cache.M)
+
+
+def declared(name: str) -> bool:
+    return name in names()

@@ -1,0 +1,110 @@
+"""The confidence model: a rule's base confidence, moved by what the evidence lacks.
+
+Documented in the README ("How sure it is"). Every move is a named factor in the verdict, so a
+reader sees why a finding is at 0.55 and not at its rule's 0.8:
+
+- the phase came from surrounding log lines only (-0.10) or from nothing (-0.20), for a class
+  that depends on where the failure happened; for ``foreign_process``, nothing showing the phase
+  costs the same -0.20 (its fix, freeing the others' memory, is enough only if the process's own
+  need fits the card: one still loading a model may need more than the whole card);
+- the OOM message stops before its last clause (-0.10), for a class computed from its numbers;
+- the serving system is a fallback (from line prefixes or frame paths, not engine lines) (-0.05);
+- the evidence is a fragment (-0.05) or the input stops inside a later record (-0.05);
+- two classes hold equally: capped at 0.60; so is a startup KV verdict when whether the weights leave
+  room for one request rests on the assumed 1 GiB of KV (weights_dont_fit holds as well).
+Engine-authored verdict lines ("Not enough memory ...", vLLM's KV-cache errors, "Free memory on
+device ... less than desired", a capture failure with an OOM reason) keep >= 0.90 on complete
+evidence. Nothing here is tuned on the field corpus: each step is a fixed fraction of the scale,
+argued from what the missing evidence could change.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.base.records import record
+
+# Facts whose truth comes from an engine-authored verdict line.
+ENGINE_FACTS = frozenset(
+    {"startup_kv_error", "free_less_than_requested", "kv_alloc_failed", "req_slots_failed", "profile_memory_changed", "unbalanced_memory", "capture_failed"}
+)
+# Facts that say where a failure happened.
+PHASE_FACTS = frozenset({"oom_stage", "oom_stage_source", "server_ready", "weight_load_oom", "capture_oom", "encoder_oom", "phase", "phase_source"})
+# Facts read from the allocator message's numbers.
+ALLOCATOR_FACTS = frozenset(
+    {"requested_bytes", "free_bytes", "reserved_unallocated_bytes", "shortfall_bytes", "foreign_process_bytes", "foreign_process_count", "allocated_bytes", "unaccounted_bytes"}
+)
+
+# Classes whose fix is enough only if the phase allows it. Another process's memory is a fact of the
+# OOM message, but freeing it fixes the server only when the server's own need fits the card: serving,
+# its pools are sized and stable; loading weights, it may still need more than the whole card (a 72B
+# model on one 80 GiB GPU lists other processes too). The message alone does not say which.
+PHASE_DECIDES_SUFFICIENCY = frozenset({"foreign_process"})
+
+PHASE_FROM_CONTEXT = -0.10
+PHASE_FROM_NOTHING = -0.20
+MESSAGE_CUT = -0.10
+SYSTEM_FALLBACK = -0.05
+FRAGMENT = -0.05
+LATER_RECORD_CUT = -0.05
+TIE_CAP = 0.60
+ENGINE_FLOOR = 0.90
+HYPOTHESIS_CAP = 0.45
+INCOMPLETE_NONE_CAP = 0.35
+
+
+@record(frozen=True, slots=True)
+class Factor:
+    factor: str
+    delta: float
+
+    def to_json(self) -> dict[str, object]:
+        return {"factor": self.factor, "delta": round(self.delta, 2)}
+
+
+@record(frozen=True, slots=True)
+class Evidence:
+    """What the confidence model needs to know about one incident's evidence."""
+
+    phase_source: str  # engine | frames | context | none
+    message_complete: bool | None
+    system_fallback: bool
+    status: str  # complete | incomplete | fragment
+    observer_only: bool = False  # the OOM is known only from the capture hook's observer record
+
+
+def adjust(base: float, used: set[str], ev: Evidence, klass: str = "") -> tuple[float, list[Factor]]:
+    """A finding's confidence from its rule's base, the facts it used and its class."""
+    factors: list[Factor] = []
+    engine = bool(used & ENGINE_FACTS)
+    if used & PHASE_FACTS and not engine:
+        if ev.phase_source == "context":
+            factors.append(Factor("the phase comes from surrounding log lines only, not from a traceback", PHASE_FROM_CONTEXT))
+        elif ev.phase_source == "none":
+            factors.append(Factor("no evidence of the phase (no traceback frames, no startup or serving lines)", PHASE_FROM_NOTHING))
+    elif klass in PHASE_DECIDES_SUFFICIENCY and not engine and ev.phase_source == "none":
+        factors.append(
+            Factor(
+                "no evidence of the phase: whether this process fits once the others are gone is unknown (loading a model, it may need more than the card)",
+                PHASE_FROM_NOTHING,
+            )
+        )
+    if used & ALLOCATOR_FACTS and ev.message_complete is False:
+        factors.append(Factor("the OOM message stops before its last clause", MESSAGE_CUT))
+    if ev.system_fallback and not engine:
+        factors.append(Factor("the serving system is inferred from line prefixes or frame paths", SYSTEM_FALLBACK))
+    if ev.status == "fragment":
+        what = "the capture hook's record of the OOM alone, without the log around it" if ev.observer_only else "a quoted message without the log around it"
+        factors.append(Factor(what, FRAGMENT))
+    elif ev.status == "incomplete":
+        factors.append(Factor("the input stops inside a later record", LATER_RECORD_CUT))
+    value = base + sum(f.delta for f in factors)
+    if engine and base >= ENGINE_FLOOR and ev.status != "incomplete":
+        value = max(value, ENGINE_FLOOR)
+    return round(max(0.05, min(value, 0.99)), 2), factors
+
+
+def tie_cap(value: float, factors: list[Factor], rival_class: str, why: str = "") -> tuple[float, list[Factor]]:
+    """Cap a finding that a rival class holds as well as; ``why`` says what keeps the rival standing."""
+    if value <= TIE_CAP:
+        return value, factors
+    what = f"{why}: {rival_class} holds as well" if why else f"{rival_class} holds as strongly"
+    return TIE_CAP, [*factors, Factor(what, round(TIE_CAP - value, 2))]

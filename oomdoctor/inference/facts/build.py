@@ -1,0 +1,81 @@
+"""build_facts: the facts of one run's incident, from its events and any collected evidence.
+
+The builders run in a fixed order because later ones read what earlier ones found (the budget needs
+pre and post, the vLLM window needs the card, the phase step refines the stage). Which source wins
+where two give the same fact is not decided by that order but by ``store.PRECEDENCE``.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.evidence.parsers import sglang as sg
+from oomdoctor.evidence.parsers import torch_oom as tt
+from oomdoctor.evidence.runs import Run, dedupe_ooms, implies_kv_failure, is_oom_event
+from oomdoctor.inference.facts import derived, sglang, torch
+from oomdoctor.inference.facts.common import failure_flags, resolve_system
+from oomdoctor.inference.facts.phase_facts import phase_facts
+from oomdoctor.inference.facts.store import Facts
+from oomdoctor.input.issue_input import KIND_REPORTED
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def build_facts(
+    run: Run,
+    force: bool = False,
+    system: str | None = None,
+    hint: str | None = None,
+    collected: Any = (),
+    line_counts: dict[str, int] | None = None,
+    joined_pieces: dict[str, tuple[int, ...]] | None = None,
+) -> Facts | None:
+    """Facts for the incident of one run, or None when the run shows no OOM (unless ``force``).
+
+    ``system`` overrides the system detected from the log (the --system option); ``hint`` is the
+    system the line prefixes point to, used when no event names one.
+    """
+    events = dedupe_ooms(run.events)
+    detected, source = resolve_system(events, system, hint)
+    oom_idx = [
+        i
+        for i, e in enumerate(events)
+        # A bare "Killed" or exit 137 is weak alone, but in a plain script's log it is the only trace.
+        if is_oom_event(e) or (detected == "torch" and e.kind == tt.KIND_HOST_OOM)
+    ] or [i for i, e in enumerate(events) if implies_kv_failure(e)]
+    unbalanced = [e for e in events if e.kind == sg.KIND_UNBALANCED]
+    ready_before = any(e.kind in (sg.KIND_READY, sg.KIND_SUMMARY) for e in events)
+    if not oom_idx and not (unbalanced and not ready_before) and not force:
+        return None
+    if not events:
+        return None
+    f = Facts(events=events, run=run.number)
+    first_i = oom_idx[0] if oom_idx else (events.index(unbalanced[0]) if unbalanced else len(events) - 1)
+    first = events[first_i]
+    f.first_line = first.ref
+    f.time = first.ref.ts
+    f.set("system", detected)
+    f.set("system_source", source)
+    f.set("oom_evident", bool(oom_idx), first.ref)
+    sglang.server_args_facts(f, events)
+    # The builders a log may not need are imported when it does (each import is start-up time).
+    if any(e.kind == KIND_REPORTED for e in events):
+        from oomdoctor.inference.facts.reported import reported_facts
+
+        reported_facts(f, events)
+    sglang.startup_facts(f, events, first_i)
+    torch.torch_facts(f, events, oom_idx)
+    sglang.error_facts(f, events)
+    failure_flags(f)
+    derived.budget_facts(f)
+    derived.foreign_facts(f, events)
+    if detected == "vllm":
+        from oomdoctor.inference.facts import vllm
+
+        vllm.vllm_facts(f, events, first_i)
+    if collected:
+        from oomdoctor.inference.facts.collected import collected_facts
+
+        collected_facts(f, list(collected))
+    phase_facts(f, events, oom_idx, line_counts or {}, joined_pieces or {})
+    return f

@@ -1,0 +1,83 @@
+"""The phase step and evidence completeness (DESIGN §2.1), as facts rules and the verdict read."""
+
+from __future__ import annotations
+
+from oomdoctor.base import regex_cache
+from oomdoctor.base.evidence import Event
+from oomdoctor.evidence import phase
+from oomdoctor.evidence.parsers import records as rc
+from oomdoctor.inference import completeness
+from oomdoctor.inference.facts.common import OOM_KINDS, allocator_failed
+from oomdoctor.inference.facts.store import Facts
+
+_SERVING_PHASES = ("serving", "prefill", "decode", "sampling")
+# A traceback through a training loop (not an inference script or server): only then is training advice given.
+_TRAINING_RE = regex_cache.compile(r"(?i)\btrain\w*|finetun|fine_tun|backward|optimizer|trainer|training_step")
+# The flag each stage the phase step finds sets.
+_STAGE_FLAGS = {"weight_loading": "weight_load_oom", "cuda_graph": "capture_oom", "encoder": "encoder_oom"}
+
+
+def phase_facts(f: Facts, events: list[Event], oom_idx: list[int], line_counts: dict[str, int], joined_pieces: dict[str, tuple[int, ...]] | None = None) -> None:
+    records = [e for e in events if e.kind == rc.KIND_RECORD]
+    ooms = [events[i] for i in oom_idx if events[i].kind in OOM_KINDS]
+    if oom_idx:
+        failure_i = oom_idx[0]
+    else:
+        # No OOM evident: the failure is the last record (cut or not) of the run, if any.
+        last = records[-1] if records else None
+        failure_i = events.index(last) if last is not None else len(events) - 1
+    # Without an OOM or a record there is no failure line: the phase is where the input ends, its last
+    # event included (infer reads "one past the end" as no failure line).
+    phase_i = len(events) if not oom_idx and not records else failure_i
+    found = phase.infer(events, phase_i, ooms[0] if ooms else None, records)
+    f.set("phase", found.name, found.ref)
+    f.set("phase_source", found.source, found.ref)
+    # Serving traffic or a forward frame before the failure means the server was up.
+    if found.name in _SERVING_PHASES and not f.get("server_ready"):
+        f.set("server_ready", True, found.ref)
+    _stage_facts(f, found)
+    path = (events[failure_i].ref.path if events else None) or ""
+    _completeness_facts(f, events, records, ooms, path, line_counts, (joined_pieces or {}).get(path, ()))
+    frames = [fr for e in events if e.kind in (*OOM_KINDS, rc.KIND_RECORD) for fr in (e.get("frames") or ())]
+    f.set("training_script", any(_TRAINING_RE.search(f"{p} {func}") for p, func in frames))
+    terminal = next((r for r in reversed(records) if r.get("complete") and not r.get("chain_has_oom")), None)
+    if terminal is not None and not oom_idx:
+        f.set("terminal_exception", terminal.get("exception"), terminal.ref)
+        f.set("terminal_exception_message", terminal.get("exception_message"), terminal.ref)
+    if any(e.kind == rc.KIND_CLEAN_END for e in events):
+        f.set("clean_end", True)
+
+
+def _stage_facts(f: Facts, found: phase.Phase) -> None:
+    """The phase step decides the OOM's stage where the stage sources said nothing (no milestones, frames
+    after the message), and wherever it read frames or an engine line (a profiling pass over the
+    multimodal encoder is an encoder failure, whatever the v1 frame markers said)."""
+    # A profiling pass is a forward pass sized by the engine's batch limits (v1: stage forward, phase profile).
+    stage = "forward" if found.stage == "profile" else found.stage
+    decisive = found.source in ("engine", "frames") and stage != f.get("oom_stage") and found.stage not in ("startup", "unknown")
+    if not ((f.get("oom_stage") in (None, "unknown") or decisive) and found.name != "unknown" and allocator_failed(f)):
+        return
+    f.set("oom_stage", stage, found.ref)
+    f.set("oom_stage_source", "traceback" if found.source in ("frames", "engine") else "timeline")
+    if found.name in ("prefill", "decode"):
+        f.set("oom_phase", found.name)
+    elif found.stage == "profile":
+        f.set("oom_phase", "profile")
+    flag = _STAGE_FLAGS.get(found.stage)
+    if flag:
+        f.set(flag, True, found.ref)
+
+
+def _completeness_facts(
+    f: Facts, events: list[Event], records: list[Event], ooms: list[Event], path: str, line_counts: dict[str, int], pieces: tuple[int, ...] = ()
+) -> None:
+    cuts = [e for e in events if e.kind == rc.KIND_CUT]
+    in_path = [r for r in records if r.ref.path == path]
+    startup_failure = f.get("startup_kv_error") or f.get("capture_oom") or f.get("kv_alloc_failed") or f.get("req_slots_failed")
+    whole_oom = any(e.get("complete", True) for e in ooms) or bool(startup_failure)
+    context = sum(1 for e in events if e.kind not in (*OOM_KINDS, rc.KIND_RECORD, rc.KIND_CUT))
+    done = completeness.assess(events, in_path, [c for c in cuts if c.ref.path == path], line_counts.get(path, 0), whole_oom, context, pieces)
+    f.set("evidence_status", done.status, done.ref)
+    if done.reason:
+        f.set("evidence_reason", done.reason)
+    f.set("failure_record_open", done.record_open)

@@ -1,0 +1,87 @@
+"""Facts of PyTorch's own messages: the allocator's OOM figures, driver OOMs, host OOM kills, and the stage."""
+
+from __future__ import annotations
+
+from oomdoctor.base.evidence import Event
+from oomdoctor.evidence.parsers import torch_oom as tt
+from oomdoctor.inference.facts.derived import allocator_facts
+from oomdoctor.inference.facts.store import PRECEDENCE, Facts
+from oomdoctor.memory import budget
+
+# The message's figures, in the order they are set; those that other sources give too are ranked in PRECEDENCE.
+_MESSAGE_FIGURES = (
+    "requested_bytes",
+    "free_bytes",
+    "capacity_bytes",
+    "allocated_bytes",
+    "reserved_unallocated_bytes",
+    "private_pool_bytes",
+    "allowed_bytes",
+    "device",
+)
+
+
+def torch_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
+    ooms = [events[i] for i in oom_idx if events[i].kind == tt.KIND_OOM]
+    drivers = [events[i] for i in oom_idx if events[i].kind == tt.KIND_DRIVER_OOM]
+    hosts = [e for e in events if e.kind == tt.KIND_HOST_OOM]
+    # Every rank reports its own OOM; cite them all (a few), the first one decides the numbers.
+    f.set("torch_oom", bool(ooms), *[e.ref for e in ooms[:8]])
+    if ooms:
+        f.set("oom_rank", ooms[0].rank or "GPU")
+    f.set("driver_oom", bool(drivers), drivers[-1].ref if drivers else None)
+    _host_facts(f, hosts)
+    f.set("oom_count", len(ooms) + len(drivers))
+    if ooms or drivers:
+        # The first allocator OOM of the run is the one that broke it; later ones are fallout.
+        _message_facts(f, ooms[0] if ooms else drivers[0])
+    elif hosts:
+        f.set("oom_stage", f.get("timeline_stage"))
+
+
+def _host_facts(f: Facts, hosts: list[Event]) -> None:
+    strong_host = [e for e in hosts if e.get("strength") == "strong"]
+    f.set("host_oom", bool(strong_host), strong_host[-1].ref if strong_host else None)
+    weak_host = [e for e in hosts if e.get("strength") == "weak"]
+    f.set("host_kill_weak", bool(weak_host), weak_host[-1].ref if weak_host else None)
+    if hosts:
+        f.set("host_kill_signal", True, hosts[-1].ref)
+
+
+def _message_facts(f: Facts, oom: Event) -> None:
+    """The figures of the allocator message that broke the run, and the stage it happened in."""
+    ref = oom.ref
+    refs = oom.refs
+    for key in _MESSAGE_FIGURES:
+        if key in PRECEDENCE:
+            f.offer(key, oom.get(key), *refs, source="oom_message")
+        else:
+            f.set(key, oom.get(key), *refs)
+    f.set("oom_backend", oom.get("backend"))
+    if oom.get("implausible"):
+        f.set("implausible_values", oom.get("implausible"), *refs)
+    f.set("oom_wrapper", oom.get("wrapper"), ref)
+    f.set("oom_exception", oom.get("exception"))
+    f.set("oom_message_complete", oom.get("complete"))
+    processes = oom.get("processes") or ()
+    if processes:
+        f.set("process_list", processes, *refs)
+        f.set("process_list_has_self", any(p.is_self for p in processes), *refs)
+        selfs = [p for p in processes if p.is_self]
+        if selfs:
+            f.set("this_process_bytes", selfs[0].used_bytes, *refs)
+    requested, free, unalloc = f.get("requested_bytes"), f.get("free_bytes"), f.get("reserved_unallocated_bytes")
+    if requested is not None and free is not None:
+        shortfall = budget.shortfall_bytes(requested, free)
+        f.set("shortfall_bytes", shortfall.value, *refs, derivation=shortfall)
+    if free is not None and unalloc is not None:
+        f.set("reclaimable_bytes", budget.reclaimable_bytes(free, unalloc), *refs)
+    allocator_facts(f, refs)
+    frame_stage = oom.get("stage", "unknown")
+    timeline = f.get("timeline_stage", "unknown")
+    # The frames name the stage; without them, the startup milestones before the message do.
+    stage, stage_source = (frame_stage, "traceback") if frame_stage != "unknown" else (timeline, "timeline")
+    f.set("oom_stage", stage, ref)
+    f.set("oom_stage_source", stage_source)
+    f.set("oom_phase", oom.get("phase"))
+    f.set("oom_line", ref.line, ref)

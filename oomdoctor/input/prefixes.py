@@ -1,0 +1,215 @@
+"""Line cleaning: ANSI codes and the ordered table of prefixes that wrap a log message.
+
+Prefixes nest (docker compose around a CI timestamp around SGLang's own rank tag), so the table is
+applied repeatedly, outermost first, until no entry matches. Every entry may contribute a rank tag
+or a timestamp; the message that is left is what parsers read.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.base import regex_cache
+from oomdoctor.base.records import record
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    import re
+
+# Real ESC sequences, and the same codes pasted as caret text ("^[[0;36m") by people copying
+# from a terminal or a web console.
+_ANSI_RE = regex_cache.compile(r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")  # used on every line
+
+
+@record(frozen=True, slots=True)
+class Stripped:
+    """A message with its prefixes removed, and the identity those prefixes carried."""
+
+    msg: str
+    rank: str | None
+    ts: str | None
+    system: str | None = None  # "sglang" / "vllm" when the prefix style itself says so
+    # The node (host, pod, Ray node IP, Slurm task) a multiplexing prefix names: kubectl logs --prefix,
+    # Ray's "(pid=N, ip=A.B.C.D)", srun -l's "0: ". None when the line carries no such prefix.
+    node: str | None = None
+    node_source: str | None = None
+    container: str | None = None  # kubectl --prefix's container name (sglang-leader, sglang-worker)
+    # A prefix the program's own logger wrote (its timestamp, rank or process tag). Collectors (kubectl,
+    # srun -l, docker compose, Buildkite or kubectl --timestamps, a markdown quote) stamp every physical
+    # line, a traceback's included, so their prefixes alone never mark the start of a new log record.
+    program: bool = False
+
+
+def _sglang_rank(tags: str) -> str | None:
+    tags = tags.strip()
+    return tags or None
+
+
+def _vllm_proc_rank(name: str, attrs: str) -> str | None:
+    # (VllmWorker rank=3 pid=N) -> rank3; (Worker_TP0_EP0 pid=N) -> TP0 EP0; (EngineCore_DP0 ...) -> DP0
+    m = regex_cache.compile(r"rank=(\d+)").search(attrs)
+    if m:
+        return f"rank{m.group(1)}"
+    parts = [p for p in name.split("_")[1:] if regex_cache.compile(r"(?:DP|TP|PP|EP|DCP|PCP)\d+").fullmatch(p)]
+    if parts:
+        return " ".join(parts)
+    m = regex_cache.compile(r"pid=(\d+)").search(attrs)
+    if name.startswith(("VllmWorkerProcess", "RayWorkerWrapper", "Worker")) and m:
+        return f"pid{m.group(1)}"
+    return None
+
+
+# (name, pattern, kind). Order matters only among entries that could match the same text; the
+# loop restarts from the top after every strip, so outer wrappers may appear in any order.
+_PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # kubectl logs --prefix: "[pod/NAME/CONTAINER] " (also "[NAME/CONTAINER] " from stern-like tools).
+    ("kubectl", regex_cache.compile(r"^\[pod/(?P<pod>[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?)/(?P<container>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)\] ")),
+    # srun -l: the Slurm task id, right-aligned to the widest id, then ": ".
+    ("srun", regex_cache.compile(r"^ {0,4}(?P<task>\d{1,5}): (?=.)")),
+    # Ray's worker and raylet output on the driver: "(pid=1234, ip=10.0.0.2) ", "(raylet, ip=10.0.0.2) ",
+    # "(MyActor pid=1234, ip=10.0.0.2) " (actor names may hold ':' and '.'). Named vLLM workers are below.
+    (
+        "ray",
+        regex_cache.compile(
+            r"^\((?:(?P<rname>[A-Za-z_][\w.:-]*)(?:, | ))?(?:pid=(?P<pid>\d+))?(?:, )?(?:ip=(?P<ip>[0-9a-fA-F.:]+))?\) "
+        ),
+    ),
+    # Markdown quote from a pasted bug report.
+    ("markdown", regex_cache.compile(r"^ {0,3}>+ ?")),
+    # docker compose: service name padded to the widest name, then "| ".
+    ("docker", regex_cache.compile(r"^(?P<svc>[A-Za-z0-9][\w.]*[-_][\w.-]*)\s+\| ?")),
+    # DJL Serving (AWS large model inference containers) relays the engine's output per stream:
+    # "WARN  PyProcess W-252-model-stderr: ", "INFO  PyProcess W-252-model-stdout: ".
+    ("djl", regex_cache.compile(r"^(?:INFO|WARN|ERROR|DEBUG)\s+PyProcess W-\d+-[\w.-]+-std(?:out|err): ?")),
+    # Buildkite's web log copied from the browser: a "  | " gutter before its timestamp.
+    ("buildkite_gutter", regex_cache.compile(r"^\s{0,4}\| (?=\[?\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})")),
+    # Buildkite / cloud logging / kubectl --timestamps.
+    (
+        "iso_ts",
+        regex_cache.compile(
+            r"^\[?(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]? ?"
+        ),
+    ),
+    # torch.distributed elastic: "[rank3]: ".
+    ("torch_rank", regex_cache.compile(r"^\[(?P<rank>rank\d+)\]: ?")),
+    # SGLang: "[2026-03-02 10:00:41 DP0 PP0 TP0 EP0] ", "[10:00:41 TP1] ", "[03-02 10:00:41] ".
+    (
+        "sglang",
+        regex_cache.compile(
+            r"^\[(?P<ts>(?:\d{4}-)?(?:\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)"  # .123: SGLANG_LOG_MS=1
+            r"(?P<tags>(?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP|CP)\d+)*)[^\]]{0,20}\] ?"
+            r"(?:(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) [\w./-]+\.py:\d+: )?"
+        ),
+    ),
+    # SGLang 2024: "[gpu=0] Load weight begin. ..." (0.2.7-0.2.14), "[gpu_id=0] ..." (0.1.18-0.2.5).
+    ("sglang_gpu", regex_cache.compile(r"^\[gpu(?:_id)?=(?P<gpu>\d+)\] ")),
+    # vLLM process tag: "(EngineCore_DP0 pid=1531) ", "(RayWorkerWrapper pid=1699, ip=10.0.0.1) ".
+    ("vllm_proc", regex_cache.compile(r"^\((?P<name>[A-Za-z][\w]*)(?P<attrs>(?: [\w]+=[^\s,)]+,?)+)\) ")),
+    # vLLM logger: "INFO 08-19 07:51:03 [core.py:396] ", oldest "INFO 08-19 07:51:03 worker.py:10] ".
+    (
+        "vllm_level",
+        regex_cache.compile(
+            r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2})"
+            r"(?:\.\d+)? \[?[\w./-]+:\d+\] "
+        ),
+    ),
+    # Python logging as SGLang Omni configures it: "2026-03-29 22:51:55,108 [WARNING] ".
+    (
+        "pylogging",
+        regex_cache.compile(r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[,.]\d+)?) (?:\[(?P<level>[A-Za-z]+)\] |(?P<l2>[A-Z]+) )"),
+    ),
+    # Process-supervisor tags some launchers add before the engine's own prefix: "(Process) ".
+    (
+        "supervisor",
+        regex_cache.compile(r"^\((?:Process|stdout|stderr)\) "),
+    ),
+)
+
+
+# The prefixes a program's logger writes (see Stripped.program); the others are collectors'.
+_PROGRAM_PREFIXES = frozenset({"ray", "torch_rank", "sglang", "sglang_gpu", "vllm_proc", "vllm_level", "pylogging"})
+
+
+def strip_ansi(text: str) -> str:
+    """Remove colour codes, whether real escape bytes or pasted caret text."""
+    if "\x1b" not in text and "^[" not in text:
+        return text
+    return _ANSI_RE.sub("", text)
+
+
+def split_prefix(raw: str) -> Stripped:
+    """Strip every known prefix from one raw line; return the message with its rank and time."""
+    text = strip_ansi(raw)
+    if text.endswith("^M"):
+        # A carriage return shown as caret text (cat -v, an editor) and pasted as such.
+        text = text[:-2]
+    if "\r" in text:
+        # tqdm redraws with CR; what a terminal shows is the last non-empty segment.
+        segments = [s for s in text.split("\r") if s.strip()]
+        text = segments[-1] if segments else ""
+    text = text.rstrip("\n")
+    ranks: list[str] = []
+    ts: str | None = None
+    svc: str | None = None
+    system: str | None = None
+    node: str | None = None
+    node_source: str | None = None
+    container: str | None = None
+    program = False
+    for _ in range(8):
+        for name, pattern in _PREFIXES:
+            m = pattern.match(text)
+            if not m or m.end() == 0:
+                continue
+            groups = m.groupdict()
+            if name == "ray" and (not (groups.get("pid") or groups.get("ip")) or (groups.get("rname") and not groups.get("ip"))):
+                continue  # "(Process) " is no Ray prefix; a named process without ip= is vLLM's own tag (below)
+            if name in _PROGRAM_PREFIXES:
+                program = True
+            if name == "kubectl":
+                node, node_source = node or groups["pod"], node_source or "kubectl --prefix"
+                container = container or groups["container"]
+            elif name == "srun":
+                if node is not None or ts is not None or ranks:
+                    continue  # srun's task id is the outermost prefix; "0: " deeper in is message text
+                node, node_source = f"task{int(groups['task'])}", "srun -l"
+            elif name == "ray":
+                if groups.get("ip"):
+                    node, node_source = node or groups["ip"], node_source or "ray prefix"
+                if groups.get("pid"):
+                    ranks.append(f"pid{groups['pid']}")
+            elif name == "docker":
+                svc = groups["svc"]
+            elif name == "torch_rank":
+                ranks.append(groups["rank"])
+            elif name == "sglang":
+                ts = ts or groups["ts"]
+                tag = _sglang_rank(groups["tags"])
+                if tag:
+                    ranks.append(tag)
+                    system = system or "sglang"
+            elif name == "sglang_gpu":
+                ranks.append(f"gpu{groups['gpu']}")
+            elif name in ("vllm_proc", "vllm_level"):
+                system = system or "vllm"
+            if name == "vllm_proc":
+                ip = regex_cache.compile(r"\bip=([0-9a-fA-F.:]+)").search(groups["attrs"])
+                if ip and node is None:
+                    node, node_source = ip.group(1), "ray prefix"
+                tag = _vllm_proc_rank(groups["name"], groups["attrs"])
+                if tag:
+                    ranks.append(tag)
+            elif groups.get("ts"):
+                ts = ts or groups["ts"]
+            text = text[m.end() :]
+            break
+        else:
+            break
+    rank = ranks[0] if ranks else None
+    if svc and rank:
+        rank = f"{svc}/{rank}"
+    if node and rank and node_source != "ray prefix":
+        # Ranks of different nodes share tags (TP0 on every node): the node keeps them apart. A line
+        # with the node prefix alone (a traceback line) keeps no rank, so that it joins the record of
+        # the line above it, as an unprefixed continuation line does. Ray's worker tags keep their pid
+        # rank (pids already differ), as before node identity existed.
+        rank = f"{node}/{rank}"
+    return Stripped(msg=text, rank=rank, ts=ts, system=system, node=node, node_source=node_source, container=container, program=program)

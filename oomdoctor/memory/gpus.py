@@ -1,0 +1,70 @@
+"""The GPUs oomdoctor knows (data/gpus.toml): cards `plan` takes by name, and the card classes a
+diagnosis names from the total capacity a log reports."""
+
+from __future__ import annotations
+
+from oomdoctor.base import toml_data as _toml
+from oomdoctor.base.errors import GpuNotFound
+from oomdoctor.base.memo import memo
+from oomdoctor.base.records import record
+from oomdoctor.base.toml_data import data_text
+from oomdoctor.base.units import GIB, MIB
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
+
+
+@record(frozen=True)
+class Gpu:
+    name: str
+    capacity_bytes: int
+    aliases: tuple[str, ...] = ()
+
+
+@record(frozen=True)
+class CardClass:
+    label: str
+    low_gib: float
+    high_gib: float
+    typical_bytes: int
+
+
+@memo()
+def _table() -> dict[str, Any]:
+    # Read from the package folder directly: importlib.resources would cost the diagnose path an import.
+    return _toml.loads(data_text("gpus.toml"))
+
+
+def gpu_table() -> list[Gpu]:
+    return [Gpu(g["name"], g["capacity_mib"] * MIB, tuple(g.get("aliases", ()))) for g in _table()["gpu"]]
+
+
+def _classes() -> list[CardClass]:
+    return [CardClass(c["label"], c["low_gib"], c["high_gib"], c["typical_mib"] * MIB) for c in _table()["class"]]
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("-", "").replace("_", "").replace(" ", "")
+
+
+def find_gpu(name: str) -> Gpu:
+    """The card of this name or alias (case, '-', '_' and spaces ignored); GpuNotFound otherwise."""
+    for g in gpu_table():
+        if _norm(name) in {_norm(g.name), *(_norm(a) for a in g.aliases)}:
+            return g
+    known = ", ".join(g.name for g in gpu_table())
+    raise GpuNotFound(f"unknown GPU {name!r}; use one of {known}, or --gpu-mem-gib N")
+
+
+def likely_gpu(capacity_bytes: int | None) -> str | None:
+    """The card class whose total capacity matches, e.g. 79.19 GiB -> the 80 GB H100/A100 class."""
+    if not capacity_bytes:
+        return None
+    gib = capacity_bytes / GIB
+    return next((c.label for c in _classes() if c.low_gib <= gib < c.high_gib), None)
+
+
+def smallest_card_holding(free_bytes: int) -> tuple[str, int] | None:
+    """The smallest known card class whose capacity exceeds a free-memory reading (label, bytes)."""
+    return next(((c.label, c.typical_bytes) for c in _classes() if c.typical_bytes > free_bytes + GIB // 2), None)

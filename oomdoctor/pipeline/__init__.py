@@ -1,0 +1,1 @@
+"""One diagnosis end to end: inputs read once, incidents found, evaluated and worded."""

@@ -1,0 +1,83 @@
+"""`--bundle out.zip`: the report, the summary, the JSON and the (redacted) inputs in one attachment.
+
+GitHub issues do not take .html files but do take .zip; every input is decompressed, redacted line
+by line (unless --no-redact) and capped at MAX_INPUT_BYTES so the archive stays attachable.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Iterator
+
+from oomdoctor.input.files import InputStats, iter_line_chunks
+from oomdoctor.input.redact import redact_text
+
+MAX_INPUT_BYTES = 64 << 20
+
+
+def plain_name(path: str) -> str:
+    """A log's file name without its compression suffix (copies are stored decompressed)."""
+    return os.path.basename(path).removesuffix(".gz").removesuffix(".bz2").removesuffix(".xz")
+
+
+def copy_chunks(path: str, redact: bool) -> Iterator[bytes]:
+    """A log decompressed and (unless ``redact`` is False) redacted line by line, as UTF-8 blocks."""
+    for chunk in iter_line_chunks(path, InputStats(path=path)):
+        text = chunk.decode("utf-8", "replace")
+        if redact:
+            text = "".join(redact_text(line) for line in text.splitlines(keepends=True))
+        yield text.encode("utf-8")
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "backslashreplace")
+
+
+def _arcname(path: str, used: set[str]) -> str:
+    base = _utf8(plain_name(path) or "stdin.log").decode("utf-8")
+    name, n = f"inputs/{base}", 1
+    while name in used:
+        n += 1
+        name = f"inputs/{n}-{base}"
+    used.add(name)
+    return name
+
+
+def write_bundle(out_path: str, html: str, markdown: str, json_text: str, input_paths: list[str], redact: bool = True) -> list[str]:
+    """Write the zip; returns notes about inputs that were left out or cut.
+
+    The zip is written to a temporary file beside ``out_path`` and renamed over it once complete, so
+    an interrupted write (Ctrl-C, a full disk) leaves no valid-looking partial bundle.
+    """
+    from oomdoctor.report.console import atomic_target
+
+    with atomic_target(out_path) as tmp:
+        return _write_zip(tmp, html, markdown, json_text, input_paths, redact)
+
+
+def _write_zip(out_path: str, html: str, markdown: str, json_text: str, input_paths: list[str], redact: bool) -> list[str]:
+    notes: list[str] = []
+    used: set[str] = set()
+    with zipfile.ZipFile(out_path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        # A file name that is not UTF-8 reaches the reports as a surrogate escape: written as \udcff, not a crash.
+        zf.writestr("report.html", _utf8(html))
+        zf.writestr("summary.md", _utf8(markdown))
+        zf.writestr("diagnosis.json", _utf8(json_text))
+        for path in input_paths:
+            if path in ("-", "<stdin>"):
+                notes.append("stdin was not kept; save it to a file to bundle it")
+                continue
+            name = _arcname(path, used)
+            written = 0
+            with zf.open(name, "w") as fh:
+                for data in copy_chunks(path, redact):
+                    if written + len(data) > MAX_INPUT_BYTES:
+                        notes.append(f"{path}: only the first {MAX_INPUT_BYTES >> 20} MiB are in the bundle")
+                        break
+                    fh.write(data)
+                    written += len(data)
+        readme = "oomdoctor bundle: report.html (open in a browser), summary.md (paste into an issue), diagnosis.json, inputs/.\n"
+        readme += ("Inputs are redacted.\n" if redact else "Inputs are NOT redacted (--no-redact).\n") + "".join(f"note: {n}\n" for n in notes)
+        zf.writestr("README.txt", _utf8(readme))
+    return notes

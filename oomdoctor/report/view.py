@@ -1,0 +1,434 @@
+"""The one view model every renderer reads: the JSON contract plus what the reports draw.
+
+``build_view`` turns a Diagnosis into plain data (dicts, lists, numbers, strings), adds the report's
+charts and tables under ``report``, and redacts secrets from every string, before any renderer sees it.
+"""
+
+from __future__ import annotations
+
+from oomdoctor.base.units import floor_to
+from oomdoctor.evidence.readings import Readings
+from oomdoctor.inference.facts import Facts
+from oomdoctor.input.redact import redact_obj
+from oomdoctor.memory import budget
+from oomdoctor.pipeline.diagnosis import Diagnosis
+from oomdoctor.report.contract import to_dict
+
+TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def build_view(d: Diagnosis, redact: bool = True, report: bool = True) -> dict[str, Any]:
+    """The view; ``report=False`` leaves out what only the drawn reports read (a JSON or Prometheus
+    report is the contract alone: building the charts for it would be thrown away)."""
+    data = to_dict(d)
+    if report:
+        data["report"] = _report(d, data)
+    return redact_obj(data) if redact else data
+
+
+def _report(d: Diagnosis, data: dict[str, Any]) -> dict[str, Any]:
+    from oomdoctor.report.render.bars import SEGMENTS
+
+    f = d.facts
+    recs = data["findings"][0]["recommendations"] if data["findings"] else []
+    report: dict[str, Any] = {
+        "flags": _flag_block(recs),
+        "flags_are_commands": any(r["role"] == "primary" and r["direction"] == "run" for r in recs),
+        "alternatives": _alternatives(recs, "alternative"),
+        "not_workable": _alternatives(recs, "not_workable"),
+        "gpus": [],
+        "recommended_gpu": None,
+        "timeline": {},
+        "what_if": None,
+        "unchecked": _unchecked(d),
+        "environment": _environment(f),
+        "segments": [{"kind": k, "label": label} for k, label in SEGMENTS],
+        "samples": {},
+        "legend": [],
+    }
+    if f is None:
+        return report
+    system = f.get("system")
+    if system == "vllm":
+        report["gpus"] = _vllm_bars(f)
+    elif system == "torch" or f.get("pre_bytes") is None:
+        report["gpus"] = _torch_bars(f)
+    else:
+        report["gpus"] = _sglang_bars(f, d.readings) or _torch_bars(f)
+    if not report["gpus"]:
+        report["gpus"] = _token_pool_bar(f, d.readings)
+    _mark_first_failure(report["gpus"], f)
+    report["recommended_gpu"] = _recommended_bar(d, f)
+    report["legend"] = _legend(report["gpus"] + ([report["recommended_gpu"]] if report["recommended_gpu"] else []))
+    report["timeline"] = _timeline(d.readings)
+    report["samples"] = _samples(f)
+    report["what_if"] = _what_if(d, f)
+    return report
+
+
+def _legend(bars: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The segments the bars actually draw, with the labels they use (PyTorch bars name them differently)."""
+    seen: dict[tuple[str, str], None] = {}
+    for b in bars:
+        for s in b["segments"]:
+            seen.setdefault((s["kind"], s["label"]), None)
+    return [{"kind": k, "label": label} for k, label in seen]
+
+
+def _set_lines(r: dict[str, Any]) -> list[str]:
+    """The paste lines of a recommendation and the companions that make it one consistent set."""
+    return [line for line in (r.get("paste"), *(c.get("paste") for c in r.get("with", []))) if line]
+
+
+def _flag_block(recs: list[dict[str, Any]]) -> str:
+    """The verdict's ONE consistent set of changes (its primary recommendation and companions), one per line."""
+    primary = next((r for r in recs if r.get("role") == "primary"), None)
+    return "\n".join(_set_lines(primary)) if primary else ""
+
+
+def _alternatives(recs: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    """The other sets ("or", each instead of the primary one) or the changes the budget rejects, with their cost."""
+    out = []
+    for r in recs:
+        if r.get("role") != role:
+            continue
+        lines = _set_lines(r)
+        if not lines and role == "alternative":
+            continue
+        out.append({"paste": " ".join(lines), "flag": r["flag"], "direction": r["direction"], "cost": r.get("cost") or "", "why": r["why"]})
+    return out
+
+
+def _sglang_bars(f: Facts, r: Readings, mfs: float | None = None) -> list[dict[str, Any]]:
+    from oomdoctor.report.render.bars import sglang_bar
+
+    pres = r.of("pre_bytes")
+    posts = r.of("post_bytes")
+    kvs = r.of("kv_pool_bytes")
+    graphs = r.of("cuda_graph_bytes")
+    y = mfs if mfs is not None else f.get("mem_fraction_static")
+    capacity = f.get("capacity_bytes")
+    oom_rank = f.get("oom_rank")
+    bars = []
+    ranks: list[str | None] = list(sorted(pres)) or [None]
+    for rank in ranks:
+        pre = pres.get(rank, f.get("pre_bytes")) if rank else f.get("pre_bytes")
+        post = posts.get(rank, f.get("post_bytes")) if rank else f.get("post_bytes")
+        if pre is None or post is None or y is None:
+            continue
+        total = capacity or _card_for(pre)
+        dynamic = budget.sglang_dynamic_region_bytes(pre, y)
+        kv = kvs.get(rank or "", max(post - dynamic, 0)) if mfs is None else None
+        graph = graphs.get(rank or "", 0) if mfs is None else f.get("cuda_graph_bytes", 0)
+        other = f.get("foreign_process_bytes", 0) if (rank == oom_rank or len(pres) <= 1) else 0
+        bar = sglang_bar(rank or "GPU", total, pre, pre - post, y, kv=kv, graphs=graph or 0, other=other or 0, total_assumed=capacity is None)
+        if mfs is None and (rank == oom_rank or len(pres) <= 1) and f.get("requested_bytes") is not None:
+            bar["request"] = {"requested_bytes": f.get("requested_bytes"), "free_bytes": f.get("free_bytes")}
+        bars.append(bar)
+    return bars
+
+
+def _card_for(pre: int) -> int:
+    from oomdoctor.memory.gpus import smallest_card_holding
+
+    card = smallest_card_holding(pre)
+    return card[1] if card else pre
+
+
+def _vllm_bars(f: Facts, util: float | None = None) -> list[dict[str, Any]]:
+    from oomdoctor.report.render.bars import vllm_bar
+
+    total, u = f.get("capacity_bytes"), util if util is not None else f.get("gpu_memory_utilization")
+    if not total or u is None:
+        return _torch_bars(f)
+    weights = f.get("weights_bytes") or 0
+    non_kv = f.get("non_kv_bytes")
+    non_kv = weights if non_kv is None else non_kv
+    graphs = f.get("cuda_graph_bytes", 0) or 0
+    other = f.get("foreign_process_bytes", 0) or 0
+    if f.get("startup_free_deficit_bytes") and f.get("free_at_start_bytes") is not None:
+        other = max(total - f.get("free_at_start_bytes") - 600 * 1024 * 1024, 0)
+    bar = vllm_bar("GPU", total, u, weights, non_kv, graphs=max(graphs, 0), other=other)
+    if util is None and f.get("requested_bytes") is not None:
+        bar["request"] = {"requested_bytes": f.get("requested_bytes"), "free_bytes": f.get("free_bytes")}
+    return [bar]
+
+
+def _torch_bars(f: Facts) -> list[dict[str, Any]]:
+    total = f.get("capacity_bytes")
+    if not total:
+        return []
+    allocated = f.get("allocated_bytes", 0) or 0
+    unalloc = f.get("reserved_unallocated_bytes", 0) or 0
+    this = f.get("this_process_bytes")
+    non_torch = max(this - allocated - unalloc, 0) if this else 0
+    other = f.get("foreign_process_bytes", 0) or 0
+    free = f.get("free_bytes", 0) or 0
+    known = allocated + unalloc + non_torch + other + free
+    context = max(total - known, 0)
+    bar = {
+        "name": f"GPU {f.get('device', 0)}",
+        "total_bytes": total,
+        "total_assumed": False,
+        "segments": [
+            s
+            for s in (
+                {"kind": "weights", "label": "allocated by PyTorch", "bytes": allocated},
+                {"kind": "torch_other", "label": "reserved, unallocated (fragments)", "bytes": unalloc},
+                {"kind": "context", "label": "non-PyTorch (context, NCCL, cuBLAS) and unaccounted", "bytes": non_torch + context},
+                {"kind": "other", "label": "other processes", "bytes": other},
+                {"kind": "free", "label": "free", "bytes": free},
+            )
+            if int(s["bytes"] or 0) > 0
+        ],
+        "kv_budget_bytes": None,
+        "mfs": None,
+    }
+    if f.get("requested_bytes") is not None:
+        bar["request"] = {"requested_bytes": f.get("requested_bytes"), "free_bytes": free}
+    return [bar]
+
+
+def _token_pool_bar(f: Facts, r: Readings) -> list[dict[str, Any]]:
+    """For KV allocator failures: the token pool, in tokens, with the batch that did not fit."""
+    pool, available, wanted = f.get("kv_pool_tokens") or r.summary_tokens, f.get("kv_available_tokens"), f.get("kv_requested_tokens")
+    if not pool or available is None:
+        return []
+    bar = {
+        "name": "KV token pool",
+        "unit": "tokens",
+        "total_bytes": pool,
+        "total_assumed": False,
+        "segments": [
+            {"kind": "kv", "label": "tokens held by running requests", "bytes": max(pool - available, 0)},
+            {"kind": "free", "label": "tokens available", "bytes": available},
+        ],
+        "kv_budget_bytes": None,
+        "mfs": None,
+    }
+    if wanted is not None:
+        bar["request"] = {"requested_bytes": wanted, "free_bytes": available}
+    return [bar]
+
+
+def _recommended_value(d: Diagnosis, flag: str) -> float | None:
+    """The fraction the verdict's pasted set leaves (its own value or a companion's), never a rejected one."""
+    for finding in d.findings[:1]:
+        for r in finding.recommendations:
+            if r.role != "primary":
+                continue
+            for change in (r, *r.companions):
+                if change.flag == flag and isinstance(change.value, float):
+                    return change.value
+    return None
+
+
+# Changes that move the weights per GPU: with one of them in the set, "the same GPU at the recommended
+# fraction" would draw today's weights against the new fraction, a bar that no launch would produce.
+_RESHAPING_FLAGS = ("--tp-size", "--tensor-parallel-size", "--pp-size", "--pipeline-parallel-size", "--quantization")
+
+
+def _reshapes_weights(d: Diagnosis) -> bool:
+    for finding in d.findings[:1]:
+        for r in finding.recommendations:
+            if r.role == "primary" and any(change.flag in _RESHAPING_FLAGS for change in (r, *r.companions)):
+                return True
+    return False
+
+
+def _recommended_bar(d: Diagnosis, f: Facts) -> dict[str, Any] | None:
+    system = f.get("system")
+    if _reshapes_weights(d):
+        return None
+    if system == "sglang":
+        y = _recommended_value(d, "--mem-fraction-static")
+        bars = _sglang_bars(f, d.readings, mfs=y) if y is not None else []
+    elif system == "vllm":
+        u = _recommended_value(d, "--gpu-memory-utilization")
+        bars = _vllm_bars(f, util=u) if u is not None else []
+    else:
+        bars = []
+    if not bars:
+        return None
+    worst = min(bars, key=lambda b: b["kv_budget_bytes"] if b["kv_budget_bytes"] is not None else 0)
+    worst["name"] = f"{worst['name']} at the recommended value"
+    return worst
+
+
+def _timeline(r: Readings) -> dict[str, list[dict[str, Any]]]:
+    return {rank: [{"label": p.label, "bytes": p.free_bytes, "line": p.line} for p in points] for rank, points in r.timeline.items()}
+
+
+def _samples(f: Facts) -> dict[str, list[dict[str, Any]]]:
+    """Memory over time per process (and per GPU in total) from `oomdoctor run`'s samples."""
+    samples = f.get("_samples") or []
+    if not samples:
+        return {}
+    t0 = samples[0]["t"]
+    series: dict[str, list[dict[str, Any]]] = {}
+    for s in samples:
+        for g in s.get("gpus", []):
+            if g.get("used_bytes") is not None:
+                series.setdefault(f"GPU {g.get('index')} used", []).append({"t": round(s["t"] - t0, 3), "bytes": g["used_bytes"]})
+        for p in s.get("processes", []):
+            if p.get("used_bytes") is not None:
+                series.setdefault(f"pid {p['pid']}", []).append({"t": round(s["t"] - t0, 3), "bytes": p["used_bytes"]})
+    return series
+
+
+def _what_if(d: Diagnosis, f: Facts) -> dict[str, Any] | None:
+    """The flag from its current value to the recommended one and beyond: KV, tokens, headroom, feasibility."""
+    system = f.get("system")
+    if system == "sglang" and f.get("pre_bytes") and f.get("post_bytes") is not None and f.get("mem_fraction_static") is not None:
+        pre, post = f.get("pre_bytes"), f.get("post_bytes")
+        return _what_if_rows(
+            d, f, "--mem-fraction-static", f.get("mem_fraction_static"), ("min_viable_mfs", "max_safe_mfs"),
+            lambda y: budget.sglang_kv_budget_bytes(pre, post, y), lambda y: budget.sglang_dynamic_region_bytes(pre, y),
+        )
+    if system == "vllm" and f.get("capacity_bytes") and f.get("non_kv_bytes") is not None and f.get("gpu_memory_utilization") is not None:
+        total, non_kv = f.get("capacity_bytes"), f.get("non_kv_bytes")
+        return _what_if_rows(
+            d, f, "--gpu-memory-utilization", f.get("gpu_memory_utilization"), ("min_viable_util", "max_safe_util"),
+            lambda u: budget.vllm_kv_budget_bytes(total, u, non_kv), lambda u: round(total * (1 - u)),
+        )
+    return None
+
+
+def _what_if_rows(d: Diagnosis, f: Facts, flag: str, current: float, window: tuple[str, str], kv_of: Any, headroom_of: Any) -> dict[str, Any]:
+    rec = _recommended_value(d, flag)
+    low, high = f.get(window[0]), f.get(window[1])
+    cell = f.get("cell_bytes")
+    rows = []
+    for value in _steps_between(current, rec):
+        kv = kv_of(value)
+        rows.append(
+            {
+                "value": value,
+                "kv_bytes": kv,
+                "kv_tokens": budget.kv_tokens(kv, cell) if cell else None,
+                "headroom_bytes": headroom_of(value),
+                "feasible": bool(low is not None and high is not None and low <= value <= high),
+                "current": abs(value - current) < 1e-9,
+                "recommended": rec is not None and abs(value - rec) < 1e-9,
+            }
+        )
+    return {"flag": flag, "rows": rows, "window": [low, high]}
+
+
+def _steps_between(current: float, rec: float | None) -> list[float]:
+    """Current to recommended in 0.01-0.05 steps, and two steps beyond, within (0, 0.99]."""
+    target = rec if rec is not None else current
+    lo, hi = sorted((current, target))
+    step = 0.01 if hi - lo <= 0.06 else 0.05
+    values = {round(current, 3), round(target, 3)}
+    v = floor_to(lo, step)
+    while v <= hi + step * 2 + 1e-9:
+        if 0 < v <= 0.99:
+            values.add(round(v, 3))
+        v = round(v + step, 6)
+    v = lo - step
+    if v > 0:
+        values.add(round(floor_to(v, step), 3))
+    return sorted(values)
+
+
+# Where to get a missing fact; several facts share one source.
+_SMI_APPS = "nvidia-smi --query-compute-apps=pid,used_memory --format=csv"
+_STARTUP_LINES = "run the server with --log-level info and keep its startup lines"
+_WHOLE_OOM = "keep the whole 'CUDA out of memory' message"
+_CAPTURE = ("the allocator's own statistics at the OOM", "install oomdoctor.capture in the server (one line, or OOMDOCTOR_CAPTURE_DIR)")
+_PROCESSES = ("other processes on the GPU", f"{_SMI_APPS} (or: oomdoctor collect -o bundle)")
+_SNAPSHOT = ("a GPU and process snapshot from the incident", "oomdoctor collect -o DIR (or run the server under oomdoctor run)")
+
+_COMMANDS = {
+    "capacity_bytes": ("the card's total memory", "nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv"),
+    "pre_bytes": ("free memory before weights (SGLang 'Load weight begin. avail mem')", _STARTUP_LINES),
+    "post_bytes": ("free memory after weights (SGLang 'Load weight end. avail mem')", _STARTUP_LINES),
+    "mem_fraction_static": ("the applied --mem-fraction-static", "keep the 'server_args=ServerArgs(...)' line of the log"),
+    "requested_bytes": ("the size of the failed allocation", _WHOLE_OOM),
+    "free_bytes": ("free memory at the failure", _WHOLE_OOM),
+    "oom_stage": ("where the allocation failed", "keep the traceback above the OOM ('Scheduler hit an exception' block)"),
+    "process_list": _PROCESSES,
+    "shortfall_bytes": ("how much the allocation lacked", _WHOLE_OOM),
+    "foreign_process_bytes": _PROCESSES,
+    "gpu_memory_utilization": ("the applied --gpu-memory-utilization", "keep vLLM's 'non-default args' line"),
+    "foreign_process_count": _PROCESSES,
+    "process_identity_known": _PROCESSES,
+    "startup_foreign_bytes": ("memory in use before the server started", "nvidia-smi --query-gpu=memory.used --format=csv before launching"),
+    "reserved_unallocated_bytes": ("PyTorch's reserved-but-unallocated memory (torch >= 2.1 prints it)", _WHOLE_OOM),
+    "weights_fit": ("whether the weights fit with room for KV", "keep the 'Load weight begin/end ... avail mem' lines"),
+    "startup_free_deficit_bytes": ("free memory at vLLM's start", "keep vLLM's startup lines"),
+    "largest_free_block_bytes": _CAPTURE,
+    "snapshot_inactive_bytes": _CAPTURE,
+    "stats_inactive_split_bytes": _CAPTURE,
+    "collected_foreign_process_bytes": _SNAPSHOT,
+    "collected_other_used_bytes": _SNAPSHOT,
+    "non_kv_bytes": ("vLLM's memory profile", "VLLM_LOGGING_LEVEL=DEBUG shows 'Memory profiling takes ...'"),
+}
+
+
+# A host (CPU) OOM is decided by the kernel's and the container's records, not by the GPU: these
+# replace the GPU commands in "Not checked".
+_HOST_STEPS = (
+    ("host_oom_kill", "the kernel's OOM-killer record: which process it killed and its RSS", "dmesg -T | grep -i -E 'killed process|out of memory'"),
+    ("host_journal", "the same record from the journal (when dmesg is restricted or has rotated)", "journalctl -k | grep -i -E 'killed process|out of memory'"),
+    (
+        "cgroup_memory_events",
+        "whether the container's memory limit, not the host, killed it (oom_kill > 0; cgroup v2, run inside the container)",
+        "cat /sys/fs/cgroup/memory.events",
+    ),
+)
+
+
+def _unchecked(d: Diagnosis) -> list[dict[str, Any]]:
+    """What the rules could not check and the one command that collects it; facts that share a command share a line."""
+    if d.verdict_class == "host_oom":
+        return [{"fact": fact, "facts": [fact], "what": what, "command": command} for fact, what, command in _HOST_STEPS]
+    missing: list[str] = []
+    for item in d.not_evaluated:
+        for name in item["missing"]:
+            if name not in missing:
+                missing.append(name)
+    f = d.facts
+    if f is not None:
+        for name in ("capacity_bytes", "process_list"):
+            if name not in f.values and name not in missing:
+                missing.append(name)
+    by_command: dict[str, dict[str, Any]] = {}
+    for name in missing:
+        what, command = _COMMANDS.get(name, (name.replace("_", " "), "a fuller log (startup lines and the complete OOM message)"))
+        row = by_command.setdefault(command, {"fact": name, "facts": [], "what": [], "command": command})
+        row["facts"].append(name)
+        if what not in row["what"]:
+            row["what"].append(what)
+    return [{**row, "what": "; ".join(row["what"])} for row in by_command.values()]
+
+
+def _environment(f: Facts | None) -> dict[str, Any]:
+    if f is None:
+        return {}
+    env = {
+        "system": f.get("system"),
+        "gpu": f.get("likely_gpu"),
+        "capacity_bytes": f.get("capacity_bytes"),
+        "model": f.get("model_path") or f.get("model_type"),
+        "tp_size": f.get("tp_size"),
+        "vllm_version": f.get("vllm_version"),
+        "driver_version": f.get("driver_version"),
+        "gpu_names": ", ".join(f.get("gpu_names")) if f.get("gpu_names") else None,
+    }
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def _mark_first_failure(bars: list[dict[str, Any]], f: Facts) -> None:
+    """Across nodes, the bar of the rank that failed first says so, with its node (the cause, not a consequence)."""
+    node, rank = f.get("failing_node"), f.get("failing_rank")
+    if not node or not rank:
+        return
+    short = str(rank).split("/")[-1]
+    for bar in bars:
+        if bar.get("name") in (rank, short):
+            bar["name"] = f"{node} {short}: failed first"
+            bar["failed_first"] = True
