@@ -196,8 +196,8 @@ def main() -> None:
         [
             sys.executable,
             "-c",
-            "import sys, oomdoctor.commands.entry, oomdoctor.commands.diagnose as d; d.import_pipeline(); "
-            "print(' '.join(m for m in ('torch', 'pynvml', 'click', 'jinja2') if m in sys.modules) or 'none')",
+            "import sys, oomdoctor.commands.cli, oomdoctor.api; "
+            "print(' '.join(m for m in ('torch', 'pynvml', 'jinja2') if m in sys.modules) or 'none')",
         ],
         capture_output=True,
         text=True,

@@ -1,5 +1,5 @@
 """Allows ``python -m oomdoctor``."""
 
-from oomdoctor.commands.entry import main
+from oomdoctor.commands.cli import main
 
 main()

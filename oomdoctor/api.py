@@ -10,10 +10,11 @@ file; the CLI maps them to exit codes, nothing here exits.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from oomdoctor.inference.rule_engine import Rule
 from oomdoctor.pipeline.diagnosis import Diagnosis
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
     from typing import Any

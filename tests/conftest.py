@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,9 +18,6 @@ settings.register_profile("ci", max_examples=150, deadline=None, suppress_health
 settings.register_profile("long", max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# The disk cache (oomdoctor/base/disk_cache.py: parsed TOML, compiled regexes) of this test session lives in a fresh directory, never
-# the user's ~/.cache; subprocesses inherit it.
-os.environ.setdefault("OOMDOCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="oomdoctor-test-cache-"))
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -44,15 +40,3 @@ def run_cli():
         return Result(res.exit_code, res.stdout, res.stderr)
 
     return _run
-
-
-@pytest.fixture
-def disk_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty disk-cache directory (oomdoctor/base/disk_cache.py), looked up afresh, with no table waiting to be written."""
-    from oomdoctor.base import disk_cache
-
-    d = tmp_path / "cache"
-    monkeypatch.setenv("OOMDOCTOR_CACHE_DIR", str(d))
-    monkeypatch.setattr(disk_cache, "_cache_dir", False)
-    monkeypatch.setattr(disk_cache, "_pending", [])
-    return d

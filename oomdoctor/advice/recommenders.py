@@ -7,14 +7,15 @@ value rather than guessing one.
 
 from __future__ import annotations
 
-from oomdoctor.base import regex_cache
-from oomdoctor.base.records import field, record, replace
+import shlex
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.units import GIB, ceil_to, floor_to, format_bytes
 from oomdoctor.inference.facts import Facts
 from oomdoctor.memory import budget
 from oomdoctor.memory.budget import Step
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 PRIMARY, ALTERNATIVE, NOT_WORKABLE, COMPANION = "primary", "alternative", "not_workable", "companion"
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Recommendation:
     """Change ``flag`` in ``direction`` to ``value``; ``why`` says why, ``derivation`` shows how.
 
@@ -84,17 +85,11 @@ def _shell_value(value: Any) -> str:
 
 
 # Characters a POSIX shell reads literally in an unquoted word.
-_SHELL_SAFE = regex_cache.compile(r"[\w@%+=:,./-]+", regex_cache.ASCII)
 
 
 def shell_word(text: str) -> str:
-    """``text`` as one word a POSIX shell reads back unchanged: bare when every character is safe, else
-    single-quoted (a quote inside ends the quoting, adds an escaped quote and starts it again: ``'\\''``).
-    shlex.quote does the same; importing shlex (and compiling its pattern) cost every start ~0.3 ms.
-    """
-    if _SHELL_SAFE.fullmatch(text):
-        return text
-    return "'" + text.replace("'", "'\\''") + "'"
+    """``text`` as one word a POSIX shell reads back unchanged."""
+    return shlex.quote(text)
 
 
 def paste_line(flag: str, value: Any, direction: str) -> str | None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from oomdoctor.base.records import field, record
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 KIND_REPEATS = "repeats"
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class LineRef:
     """Where a piece of evidence was read: input path, 1-based line number, rank tag, text."""
 
@@ -27,7 +27,7 @@ class LineRef:
         return {"path": self.path, "line": self.line, "rank": self.rank, "text": self.text}
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Line:
     """One log line after prefix stripping: the message, its rank and timestamp, and its origin."""
 
@@ -39,7 +39,7 @@ class Line:
     node: str | None = None  # the node a multiplexing prefix names (kubectl --prefix, srun -l, Ray ip=)
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     """One recognised log event.
 
@@ -64,7 +64,7 @@ class Event:
         return self.values.get(key, default)
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class ProcessUsage:
     """A "Process N has X memory in use" entry of a PyTorch OOM message."""
 
@@ -73,7 +73,7 @@ class ProcessUsage:
     is_self: bool
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Unavailable:
     """Evidence that could not be had, with the reason; never NaN, never an exception."""
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+from typing import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
     from typing import Any

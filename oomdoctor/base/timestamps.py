@@ -10,9 +10,8 @@ which keeps stamps of one log in order whatever its zone), 2 seconds since 1 Jan
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
-
-from oomdoctor.base import regex_cache
 
 FULL_DATE, MONTH_DAY, TIME_OF_DAY = 3, 2, 1
 
@@ -27,8 +26,8 @@ _FORMATS = (
     ("%H:%M:%S", TIME_OF_DAY),
 )
 # Python's %f takes at most 6 digits; Go and Kubernetes print 9.
-_LONG_FRACTION = regex_cache.compile(r"(\.\d{6})\d+")
-_ZONE = regex_cache.compile(r"(?:Z|([+-])(\d{2}):?(\d{2}))$")
+_LONG_FRACTION = re.compile(r"(\.\d{6})\d+")
+_ZONE = re.compile(r"(?:Z|([+-])(\d{2}):?(\d{2}))$")
 
 
 def parse(text: str | None) -> tuple[int, float] | None:

@@ -6,7 +6,8 @@ vLLM V0's "Loading model weights took X GB", so "GB" here means GiB unless a cal
 
 from __future__ import annotations
 
-from oomdoctor.base import regex_cache
+import math
+import re
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -35,7 +36,7 @@ _UNIT_BYTES = {
     "tib": TIB,
 }
 
-_SIZE_RE = regex_cache.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z]+)?\s*$")
+_SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z]+)?\s*$")
 
 
 class UnitError(ValueError):
@@ -104,20 +105,14 @@ def gib_text(n_bytes: int | float) -> str:
 
 def is_plausible_device_bytes(n_bytes: int | float) -> bool:
     """Whether a size could describe memory on one GPU (finite and below a few TiB)."""
-    # n - n is 0 for a finite number and nan for inf or nan (math.isfinite without importing math at every start).
-    return isinstance(n_bytes, (int, float)) and n_bytes - n_bytes == 0 and abs(n_bytes) <= MAX_PLAUSIBLE_DEVICE_BYTES
-
-
-def _floor(x: float) -> int:
-    """math.floor for a finite x (inf and nan raise ValueError) without importing math at every start."""
-    return int(x // 1)
+    return isinstance(n_bytes, (int, float)) and math.isfinite(n_bytes) and abs(n_bytes) <= MAX_PLAUSIBLE_DEVICE_BYTES
 
 
 def floor_to(value: float, step: float) -> float:
     """Round value down to a multiple of step, free of binary-float noise (0.85, not 0.8500000001)."""
-    return round(_floor(round(value / step, 9)) * step, 6)
+    return round(math.floor(round(value / step, 9)) * step, 6)
 
 
 def ceil_to(value: float, step: float) -> float:
     """Round value up to a multiple of step, free of binary-float noise."""
-    return round(-_floor(-round(value / step, 9)) * step, 6)
+    return round(math.ceil(round(value / step, 9)) * step, 6)

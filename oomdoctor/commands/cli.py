@@ -454,8 +454,8 @@ def facts_explain(name: str, rules_dirs: tuple[str, ...]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point for every command click parses (oomdoctor.commands.entry sends a plain diagnose past it)."""
-    from oomdoctor.commands.entry import guarded
+    """The ``oomdoctor`` command and ``python -m oomdoctor``."""
+    from oomdoctor.commands.exits import guarded
 
     def invoke() -> int:
         try:

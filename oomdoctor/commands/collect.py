@@ -12,6 +12,7 @@ import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oomdoctor.base.errors import InputError
 from oomdoctor.base.outcomes import GpuEvidence
@@ -21,7 +22,6 @@ from oomdoctor.live.nvml import Nvml
 from oomdoctor.live.smi import run_nvidia_smi
 from oomdoctor.report.bundle import copy_chunks, plain_name
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 

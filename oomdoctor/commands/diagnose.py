@@ -1,8 +1,4 @@
-"""The diagnose command's work for one incident, without click: inputs, rules, diagnosis, report, bundle.
-
-Both entry points call ``run``: click's ``oomdoctor diagnose`` (cli.py) and the click-free path a plain
-``oomdoctor diagnose LOG...`` takes at incident time (entry.py), so the two cannot drift apart.
-"""
+"""The diagnose command's work for one incident: inputs, rules, diagnosis, report, bundle (cli.py parses the options)."""
 
 from __future__ import annotations
 
@@ -11,17 +7,6 @@ import os
 from oomdoctor.base.errors import ExitCode, OutputError, UsageError
 from oomdoctor.commands.exits import exit_code
 from oomdoctor.report.console import echo, safe_output, warn, write_atomic
-
-
-def import_pipeline(fmt: str = "text") -> None:
-    """Import what ``run`` uses for a report in ``fmt``, so that the entry point can import it all with the
-    cycle collector off (and a JSON report does not import the text renderer, nor a text one json)."""
-    from oomdoctor import api  # noqa: F401
-
-    if fmt == "json":
-        from oomdoctor.report.render import json_out  # noqa: F401
-    elif fmt == "text":
-        from oomdoctor.report.render import text  # noqa: F401
 
 
 def run(paths: tuple[str, ...], fmt: str = "text", output: str | None = None, bundle: str | None = None, rules_dirs: tuple[str, ...] = (), system: str = "auto", no_redact: bool = False, redact_pii: bool = False) -> ExitCode:

@@ -1,17 +1,21 @@
 """Outcomes and errors to exit codes: the one table (README "Exit codes", DESIGN §4).
 
-Library code raises typed errors (errors.py) or returns typed outcomes; the entry points turn them
-into an exit code here and nowhere else. click's own errors are matched by name, so that the
-click-free path of a plain ``diagnose`` (oomdoctor.commands.entry) can use this table without importing click.
+Library code raises typed errors (base.errors) or returns typed outcomes (base.outcomes); the commands
+turn them into an exit code here and nowhere else (``guarded`` runs a command and maps what it raises).
 """
 
 from __future__ import annotations
 
-from oomdoctor.base.errors import ExitCode, GpuNotFound, InputError, OutputError, RuleError, UsageError
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+import click
+
+from oomdoctor.base.errors import ExitCode, GpuNotFound, InputError, OomdoctorError, OutputError, RuleError, UsageError
+from oomdoctor.base.outcomes import GpuEvidence, PlanFit
+from oomdoctor.report.console import fail
+
 if TYPE_CHECKING:
-    from oomdoctor.base.outcomes import GpuEvidence, PlanFit
     from oomdoctor.pipeline.diagnosis import Diagnosis
 
 # Errors (by class, the nearest in the error's MRO wins) to exit codes; anything else is INTERNAL.
@@ -21,21 +25,18 @@ _ERROR_EXIT_CODES: dict[type[BaseException], ExitCode] = {
     OutputError: ExitCode.BAD_INPUT,
     UsageError: ExitCode.USAGE,
     GpuNotFound: ExitCode.USAGE,
+    click.UsageError: ExitCode.USAGE,  # bad options
+    click.Abort: ExitCode.INTERRUPTED,  # Ctrl-C at a prompt
     KeyboardInterrupt: ExitCode.INTERRUPTED,
     # The reader closed the pipe (| head): what it wanted was written.
     BrokenPipeError: ExitCode.NO_OOM,
 }
-# click.UsageError (bad options) and click.Abort (Ctrl-C at a prompt), by module and name.
-_CLICK_EXIT_CODES: dict[tuple[str, str], ExitCode] = {
-    ("click.exceptions", "UsageError"): ExitCode.USAGE,
-    ("click.exceptions", "Abort"): ExitCode.INTERRUPTED,
-}
-# collect's and plan's outcomes (oomdoctor.base.outcomes), by class and value name: diagnose never imports them.
-_OUTCOME_EXIT_CODES: dict[tuple[str, str], ExitCode] = {
-    ("GpuEvidence", "AVAILABLE"): ExitCode.NO_OOM,
-    ("GpuEvidence", "UNAVAILABLE"): ExitCode.BAD_INPUT,
-    ("PlanFit", "FITS"): ExitCode.NO_OOM,
-    ("PlanFit", "DOES_NOT_FIT"): ExitCode.OOM_DIAGNOSED,
+# collect's and plan's outcomes.
+_OUTCOME_EXIT_CODES: dict[GpuEvidence | PlanFit, ExitCode] = {
+    GpuEvidence.AVAILABLE: ExitCode.NO_OOM,
+    GpuEvidence.UNAVAILABLE: ExitCode.BAD_INPUT,
+    PlanFit.FITS: ExitCode.NO_OOM,
+    PlanFit.DOES_NOT_FIT: ExitCode.OOM_DIAGNOSED,
 }
 
 
@@ -46,12 +47,23 @@ def exit_code(outcome: BaseException | GpuEvidence | PlanFit | Diagnosis) -> Exi
             # `in`, not a truthy .get(): NO_OOM is 0.
             if c in _ERROR_EXIT_CODES:
                 return _ERROR_EXIT_CODES[c]
-            if (c.__module__, c.__name__) in _CLICK_EXIT_CODES:
-                return _CLICK_EXIT_CODES[(c.__module__, c.__name__)]
         return ExitCode.INTERNAL
-    if type(outcome).__module__ == "oomdoctor.base.outcomes":
-        return _OUTCOME_EXIT_CODES[(type(outcome).__name__, outcome.name)]  # type: ignore[union-attr]
-    diagnosis: Diagnosis = outcome  # type: ignore[assignment]  # the only other kind
-    if diagnosis.inconclusive:
+    if isinstance(outcome, (GpuEvidence, PlanFit)):
+        return _OUTCOME_EXIT_CODES[outcome]
+    if outcome.inconclusive:
         return ExitCode.INCONCLUSIVE
-    return ExitCode.OOM_DIAGNOSED if diagnosis.oom else ExitCode.NO_OOM
+    return ExitCode.OOM_DIAGNOSED if outcome.oom else ExitCode.NO_OOM
+
+
+def guarded(work: Callable[[], int]) -> int:
+    """Run ``work`` and return its exit code; the one place an error becomes a message and a code."""
+    try:
+        return work()
+    except KeyboardInterrupt as exc:
+        fail("interrupted", exit_code(exc))
+    except OomdoctorError as exc:
+        fail(str(exc), exit_code(exc))
+    except BrokenPipeError as exc:
+        return int(exit_code(exc))
+    except Exception as exc:  # noqa: BLE001 - the one place an unexpected error becomes exit code 1
+        fail(f"internal error: {type(exc).__name__}: {exc} (please report this with the input)", exit_code(exc))

@@ -13,15 +13,14 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
-
-from oomdoctor.base.records import record
 
 SUMMARY_KIND = "oomdoctor-summary"
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Options:
     """What every worker needs, picklable: the serving system override, extra rule directories, redaction."""
 

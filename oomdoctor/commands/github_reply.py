@@ -16,10 +16,10 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from oomdoctor.commands.triage import MARKER
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 

@@ -8,17 +8,17 @@ the config; KV bytes per token from the attention layout (MHA/GQA or MLA); then 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oomdoctor.base.errors import InputError
-from oomdoctor.base.records import field, record
 from oomdoctor.base.units import GIB, gib_text
 from oomdoctor.memory import budget
 from oomdoctor.memory.budget import Derived, Step
 from oomdoctor.memory.gpus import gpu_table
 from oomdoctor.report.render.text import step_value as format_step_value
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
@@ -35,7 +35,7 @@ VLLM_ACTIVATION_BYTES = 2 * GIB
 _DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1, "int4": 0.5, "auto": None}
 
 
-@record
+@dataclass
 class Model:
     name: str
     layers: int

@@ -13,12 +13,11 @@ second one. Pure apart from the diagnosis it is given.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from oomdoctor.base import regex_cache
-from oomdoctor.base.records import field, record
-
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
@@ -36,7 +35,7 @@ _ASK_LOG = (
 )
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Issue:
     """One issue (or pull request) thread as triage reads it."""
 
@@ -47,7 +46,7 @@ class Issue:
     action: str | None = None  # the webhook event's action: opened, edited, created
 
 
-@record
+@dataclass
 class Reply:
     kind: str  # answer | ask | silent
     body: str = ""
@@ -69,7 +68,7 @@ class Reply:
 
 
 # --- reading an issue ------------------------------------------------------------------------------
-_TITLE_ERROR_RE = regex_cache.compile(
+_TITLE_ERROR_RE = re.compile(
     r"(?i)out of memory|OutOfMemory|Not enough memory|No available memory|KV cache (?:is needed|memory)|"
     r"less than desired|Try to allocate|Retract|insufficient GPU memory"
 )

@@ -19,10 +19,10 @@ import math
 import pickle
 from collections import Counter
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from oomdoctor.base.errors import InputError
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 

@@ -6,10 +6,11 @@ incident of the last run.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.errors import InputError
 from oomdoctor.input.kinds import BUNDLE_KIND, BUNDLE_VERSION, MONITORING_SUFFIXES, SNAPSHOT_SUFFIXES, is_evidence_file, read_json
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 

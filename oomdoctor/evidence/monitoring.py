@@ -12,9 +12,10 @@ imported only when such a file is read); the query_range JSON is the Prometheus 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.errors import InputError
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 

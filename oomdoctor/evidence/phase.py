@@ -8,15 +8,15 @@ milestones, loader or capture progress, serving traffic), nothing. The tables ar
 
 from __future__ import annotations
 
-from oomdoctor.base import regex_cache
-from oomdoctor.base import toml_data as _toml
+import functools
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.evidence import Event, LineRef
-from oomdoctor.base.memo import memo
-from oomdoctor.base.records import record
-from oomdoctor.base.toml_data import data_text
+from oomdoctor.base.toml_data import data_text, tomllib
 from oomdoctor.input.patterns import LazyRegex
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
@@ -25,7 +25,7 @@ SOURCES = ("engine", "frames", "context", "none")
 STRENGTH = {"engine": 1.0, "frames": 0.9, "context": 0.6, "none": 0.0}
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class PhaseSpec:
     name: str
     stage: str
@@ -33,7 +33,7 @@ class PhaseSpec:
     doc: str
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class FrameRule:
     phase: str
     func: LazyRegex | None
@@ -42,7 +42,7 @@ class FrameRule:
     within: LazyRegex | None = None  # with func: the frame's path must match this too
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class ContextRule:
     phase: str
     pattern: LazyRegex
@@ -51,7 +51,7 @@ class ContextRule:
     after_failure: bool = False
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Tables:
     phases: dict[str, PhaseSpec]
     frames: tuple[FrameRule, ...]
@@ -62,7 +62,7 @@ class Tables:
     any_context: LazyRegex | None = None
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Phase:
     """A phase with where it came from; ``ref`` is the line that decided it (if any)."""
 
@@ -94,7 +94,7 @@ def _lazy(source: str) -> LazyRegex:
 
 
 def parse_tables(text: str) -> Tables:
-    data = _toml.loads(text)
+    data = tomllib.loads(text)
     phases = {
         name: PhaseSpec(name, entry["stage"], entry.get("likely_class", ""), entry.get("doc", "")) for name, entry in data["phases"].items()
     }
@@ -123,7 +123,7 @@ def parse_tables(text: str) -> Tables:
     return Tables(phases, frames, context, milestones, any_context)
 
 
-_LEADING_FLAGS = regex_cache.compile(r"\(\?([aiLmsux]+)\)")
+_LEADING_FLAGS = re.compile(r"\(\?([aiLmsux]+)\)")
 
 
 def _scoped(source: str) -> str:
@@ -132,7 +132,7 @@ def _scoped(source: str) -> str:
     return f"(?{m.group(1)}:{source[m.end():]})" if m else source
 
 
-@memo()
+@functools.cache
 def tables() -> Tables:
     return parse_tables(data_text("phases.toml"))
 

@@ -7,8 +7,9 @@ parsers that reads raw events for them, so the view reads typed readings, never 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from oomdoctor.base.evidence import Event
-from oomdoctor.base.records import field, record
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.evidence.parsers import torch_oom as tt
 from oomdoctor.evidence.parsers import vllm as vl
@@ -36,14 +37,14 @@ _TIMELINE = {
 }
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class TimelinePoint:
     label: str
     free_bytes: int
     line: int
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Readings:
     """Per-rank values ({reading: {rank: bytes}}), the free-memory timeline per rank, the summary's token count."""
 

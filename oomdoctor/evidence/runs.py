@@ -7,8 +7,9 @@ the same OOM reported two or three times (re-raised, re-logged by each wrapper) 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from oomdoctor.base.evidence import Event
-from oomdoctor.base.records import field, record
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.evidence.parsers import torch_oom as tt
 from oomdoctor.evidence.parsers import vllm as vl
@@ -74,7 +75,7 @@ _OOM_KINDS = {
 }
 
 
-@record
+@dataclass
 class Run:
     """One server run: its events in log order (across all inputs with the same run number)."""
 

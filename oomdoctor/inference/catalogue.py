@@ -7,16 +7,16 @@ the command that would provide it.
 
 from __future__ import annotations
 
-from oomdoctor.base import regex_cache
-from oomdoctor.base import toml_data as _toml
-from oomdoctor.base.memo import memo
-from oomdoctor.base.records import record
-from oomdoctor.base.toml_data import data_text
+import functools
+import re
+from dataclasses import dataclass
+
+from oomdoctor.base.toml_data import data_text, tomllib
 
 TYPES = ("bool", "bytes", "fraction", "count", "tokens", "int", "number", "str", "list", "object")
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class FactSpec:
     name: str
     type: str
@@ -31,7 +31,7 @@ class FactSpec:
         return self.name.startswith("_")
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Catalogue:
     facts: dict[str, FactSpec]
     sources: dict[str, str]
@@ -54,7 +54,7 @@ class Catalogue:
 
 
 def parse(text: str) -> Catalogue:
-    data = _toml.loads(text)
+    data = tomllib.loads(text)
     sources = {str(k): str(v) for k, v in data["sources"].items()}
     facts: dict[str, FactSpec] = {}
     for name, entry in data["facts"].items():
@@ -76,12 +76,12 @@ def parse(text: str) -> Catalogue:
     return Catalogue(facts=facts, sources=sources)
 
 
-@memo()
+@functools.cache
 def load() -> Catalogue:
     return parse(data_text("facts.toml"))
 
 
-@memo()
+@functools.cache
 def names() -> frozenset[str]:
     """The declared fact names, read from the table headers alone.
 
@@ -92,7 +92,7 @@ def names() -> frozenset[str]:
     return frozenset(m.strip('"') for m in _HEADER_RE.findall(data_text("facts.toml")))
 
 
-_HEADER_RE = regex_cache.compile(r'^\[facts\.("?[\w]+"?)\]\s*$', regex_cache.M)
+_HEADER_RE = re.compile(r'^\[facts\.("?[\w]+"?)\]\s*$', re.M)
 
 
 def declared(name: str) -> bool:

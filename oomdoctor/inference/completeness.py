@@ -7,10 +7,11 @@ says it was cut. ``fragment``: a quoted message with next to no log around it.
 
 from __future__ import annotations
 
-from oomdoctor.base.evidence import Event, LineRef
-from oomdoctor.base.records import record
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+from oomdoctor.base.evidence import Event, LineRef
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -23,7 +24,7 @@ _FAILURE_HEADERS = frozenset({"vllm_engine_failed", "scheduler_exception"})
 _FRAGMENT_MAX_LINES = 12
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Completeness:
     status: str  # complete | incomplete | fragment
     reason: str = ""

@@ -20,7 +20,7 @@ argued from what the missing evidence could change.
 
 from __future__ import annotations
 
-from oomdoctor.base.records import record
+from dataclasses import dataclass
 
 # Facts whose truth comes from an engine-authored verdict line.
 ENGINE_FACTS = frozenset(
@@ -51,7 +51,7 @@ HYPOTHESIS_CAP = 0.45
 INCOMPLETE_NONE_CAP = 0.35
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Factor:
     factor: str
     delta: float
@@ -60,7 +60,7 @@ class Factor:
         return {"factor": self.factor, "delta": round(self.delta, 2)}
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Evidence:
     """What the confidence model needs to know about one incident's evidence."""
 

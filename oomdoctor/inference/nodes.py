@@ -20,15 +20,15 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from oomdoctor.base import regex_cache, timestamps
+from oomdoctor.base import timestamps
 from oomdoctor.base.evidence import Line, LineRef
-from oomdoctor.base.records import field, record
 from oomdoctor.input.files import InputStats, iter_line_chunks
 from oomdoctor.input.prefixes import split_prefix
 from oomdoctor.input.scan import scan_lines
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
@@ -38,20 +38,20 @@ SKEW_TOLERANCE_S = 2.0
 
 # What follows a peer's death on the other ranks; (kind, pattern), the first that matches names it.
 CONSEQUENCES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("nccl_timeout", regex_cache.compile(r"Watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out|NCCL[^\n]{0,80}time(?:d )?out|Timed out waiting for (?:the )?(?:peer|rank|store|other)")),
+    ("nccl_timeout", re.compile(r"Watchdog caught collective operation timeout|ran for \d+ milliseconds before timing out|NCCL[^\n]{0,80}time(?:d )?out|Timed out waiting for (?:the )?(?:peer|rank|store|other)")),
     (
         "watchdog_abort",
-        regex_cache.compile(
+        re.compile(
             r"Terminating the process after attempting to dump debug info|Process group watchdog thread terminated|NCCL communicator was aborted|"
             r"ProcessGroupNCCL[^\n]{0,120}(?:abort|terminat)|Aborting process group|heartbeat monitor"
         ),
     ),
-    ("nccl_error", regex_cache.compile(r"DistBackendError|NCCL error|ncclRemoteError|ncclSystemError|ncclInternalError|remote process exited or there was a network error")),
-    ("connection_reset", regex_cache.compile(r"Connection reset by peer|Connection closed by peer|ConnectionResetError|Broken pipe|BrokenPipeError|EOFError: connection closed|Connection refused")),
-    ("kv_transfer_failed", regex_cache.compile(r"KV ?[Tt]ransfer[^\n]{0,40}(?:fail|error|timeout|timed out)|Failed to (?:send|receive|transfer) KV|KVTransferError|bootstrap[^\n]{0,40}(?:fail|timed out)")),
+    ("nccl_error", re.compile(r"DistBackendError|NCCL error|ncclRemoteError|ncclSystemError|ncclInternalError|remote process exited or there was a network error")),
+    ("connection_reset", re.compile(r"Connection reset by peer|Connection closed by peer|ConnectionResetError|Broken pipe|BrokenPipeError|EOFError: connection closed|Connection refused")),
+    ("kv_transfer_failed", re.compile(r"KV ?[Tt]ransfer[^\n]{0,40}(?:fail|error|timeout|timed out)|Failed to (?:send|receive|transfer) KV|KVTransferError|bootstrap[^\n]{0,40}(?:fail|timed out)")),
     (
         "rank_exited",
-        regex_cache.compile(
+        re.compile(
             r"\b[Rr]ank \d+ (?:exited|died|is dead|failed|terminated)|scheduler is dead|Child process unexpectedly failed|"
             r"task \d+: Exited with exit code|exitcode\s*:\s*-?\d+|A worker died or was killed|ActorDiedError|RayActorError|"
             r"The actor died|worker died|exited with (?:exit )?code -?\d+|terminated with signal|killed by signal"
@@ -102,30 +102,30 @@ ANCHORS: tuple[bytes, ...] = (
 )
 
 # server_args fields (repr) and launch flags (command line) that say who a node is.
-_ARG_RE = regex_cache.compile(
+_ARG_RE = re.compile(
     r"(?<![\w-])(?:--)?(?P<key>node[_-]rank|nnodes|dist[_-]init[_-]addr|disaggregation[_-]mode|model[_-]path|served[_-]model[_-]name|tp[_-]size|"
     r"tensor[_-]parallel[_-]size|'model'|model)(?:=|\s+|':\s*)(?P<value>'[^']*'|\"[^\"]*\"|[^\s,)]+)"
 )
 # Fields that differ between the nodes of one job and must not tell its nodes apart as servers.
-_NODE_SPECIFIC = regex_cache.compile(r"(?<![\w])(?:node_rank|host|port|base_gpu_id|random_seed|nccl_port|dist_init_addr|disaggregation_bootstrap_port)=(?:'[^']*'|[^\s,)]+)")
+_NODE_SPECIFIC = re.compile(r"(?<![\w])(?:node_rank|host|port|base_gpu_id|random_seed|nccl_port|dist_init_addr|disaggregation_bootstrap_port)=(?:'[^']*'|[^\s,)]+)")
 # File and directory names that say nothing about which node a log came from.
-_GENERIC = regex_cache.compile(
+_GENERIC = re.compile(
     r"^(?:server|sglang|vllm|log|logs|output|out|stdout|stderr|err|console|current|latest|raylet|gcs_server|dashboard|monitor|"
     r"python-core-(?:worker|driver)-.*|worker-[0-9a-f]+-[0-9a-f]+-\d+|job-driver-.*|driver-.*|session_.*|session_latest|slurm-\d+|slurm|\d{8,})$",
     re.I,
 )
-_SUFFIX_RE = regex_cache.compile(r"(?:\.(?:log|txt|out|err|stdout|stderr))?(?:\.\d{1,6}|-\d{8,14})?(?:\.(?:gz|bz2|xz))?$", re.I)
-_SLURM_TASK_RE = regex_cache.compile(r"^(?:slurm-)?(?P<job>\d+)[._-](?P<task>\d+)$|^(?:slurm-)?\d+[._-](?:task|t|rank)[._-]?(?P<task2>\d+)$", re.I)
-_RAY_WORKER_RE = regex_cache.compile(r"^(?:python-core-)?worker-(?:[0-9a-f]+-)+(?P<pid>\d+)$")
+_SUFFIX_RE = re.compile(r"(?:\.(?:log|txt|out|err|stdout|stderr))?(?:\.\d{1,6}|-\d{8,14})?(?:\.(?:gz|bz2|xz))?$", re.I)
+_SLURM_TASK_RE = re.compile(r"^(?:slurm-)?(?P<job>\d+)[._-](?P<task>\d+)$|^(?:slurm-)?\d+[._-](?:task|t|rank)[._-]?(?P<task2>\d+)$", re.I)
+_RAY_WORKER_RE = re.compile(r"^(?:python-core-)?worker-(?:[0-9a-f]+-)+(?P<pid>\d+)$")
 # A file name that names a node (node0, gpu-node-7, sglang-lws-0-1, 10.0.0.2, decode): one with a number or
 # a role; server, nccl or dmesg do not, and files so named belong to the node their directory names.
-_NODE_LIKE = regex_cache.compile(r"\d|prefill|decode|leader|worker|head", re.I)
-_SRUN_TASK_RE = regex_cache.compile(r"^srun: error: \S+: task (\d+): ")
+_NODE_LIKE = re.compile(r"\d|prefill|decode|leader|worker|head", re.I)
+_SRUN_TASK_RE = re.compile(r"^srun: error: \S+: task (\d+): ")
 _ROLE_WORDS = ("prefill", "decode", "router", "leader", "worker", "driver", "raylet", "head")
-_ROLE_RE = regex_cache.compile(r"(?<![a-z])(" + "|".join(_ROLE_WORDS) + r")(?![a-z])", re.I)
+_ROLE_RE = re.compile(r"(?<![a-z])(" + "|".join(_ROLE_WORDS) + r")(?![a-z])", re.I)
 
 
-@record
+@dataclass
 class Observation:
     """One failure seen on a node: an OOM (primary) or a consequence, with its time and line."""
 
@@ -141,7 +141,7 @@ class Observation:
         return self.kind == "oom"
 
 
-@record
+@dataclass
 class NodeInfo:
     node: str
     source: str
@@ -155,7 +155,7 @@ class NodeInfo:
     identity: str | None = None  # the server's arguments minus what differs between its nodes
 
 
-@record
+@dataclass
 class Timeline:
     """The nodes of the inputs, their failures in time order, the cause and its consequences."""
 
@@ -205,7 +205,7 @@ def ts_key(ts: str | None) -> tuple[int, float] | None:
     return timestamps.parse(ts)
 
 
-@record
+@dataclass
 class _Scan:
     """What the node scan of one input found: per prefix node, its identity and its consequences."""
 
@@ -284,7 +284,7 @@ def _int(value: Any) -> int | None:
         return None
 
 
-@record
+@dataclass
 class StreamKey:
     """One stream of lines: an input, or the part of a multiplexed input under one prefix node."""
 
@@ -349,8 +349,8 @@ def build_nodes(
 
 
 # glog-style time of NCCL's C++ lines: "[E302 10:10:41.123...]" or "E0302 10:10:41.123456".
-_GLOG_TS_RE = regex_cache.compile(r"\b[EWIF](?P<m>\d{2})(?P<d>\d{2}) (?P<t>\d{2}:\d{2}:\d{2}(?:\.\d+)?)")
-_GLOG_SHORT_RE = regex_cache.compile(r"\[[EWIF](?P<md>\d{3,4}) (?P<t>\d{2}:\d{2}:\d{2}(?:\.\d+)?)")
+_GLOG_TS_RE = re.compile(r"\b[EWIF](?P<m>\d{2})(?P<d>\d{2}) (?P<t>\d{2}:\d{2}:\d{2}(?:\.\d+)?)")
+_GLOG_SHORT_RE = re.compile(r"\[[EWIF](?P<md>\d{3,4}) (?P<t>\d{2}:\d{2}:\d{2}(?:\.\d+)?)")
 
 
 def line_ts(line: Line) -> str | None:

@@ -8,17 +8,15 @@ ever evaluated as code. Evaluation is three-valued: a comparison on a fact that 
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from oomdoctor import __version__
-from oomdoctor.base import disk_cache, regex_cache
-from oomdoctor.base import toml_data as _toml
 from oomdoctor.base.errors import RuleError
 from oomdoctor.base.limits import nesting_depth
-from oomdoctor.base.records import field, fields, record
-from oomdoctor.base.toml_data import data_text
+from oomdoctor.base.toml_data import tomllib
 from oomdoctor.inference import catalogue
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
@@ -43,7 +41,7 @@ _REQUIRED = ("id", "title", "class", "systems", "severity", "confidence", "prior
 _DOC_KEYS = ("what", "why", "example", "fix")
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Rule:
     """One validated rule file."""
 
@@ -68,7 +66,7 @@ class Rule:
         return used
 
 
-@record
+@dataclass
 class Evaluation:
     """The outcome of one rule on one set of facts."""
 
@@ -132,7 +130,7 @@ def _check_condition(node: Any, path: str, where: str) -> None:
         raise _fail(path, where, f"'{op}' compares numbers; write a number or {{ fact = \"NAME\" }}")
 
 
-_PLACEHOLDER_RE = regex_cache.compile(r"\{(\w+)\}")
+_PLACEHOLDER_RE = re.compile(r"\{(\w+)\}")
 
 
 def _check_fact_names(names: list[str], path: str, where: str) -> None:
@@ -239,10 +237,10 @@ def _read_rule_bytes(path: str) -> bytes:
 
 def _parse_rule_bytes(path: str, raw: bytes, known_advice: Iterable[str] | None) -> Rule:
     try:
-        data = _toml.loads(raw.decode("utf-8"))
+        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise RuleError(f"{path}: not UTF-8 text") from None
-    except _toml.tomllib.TOMLDecodeError as exc:
+    except tomllib.TOMLDecodeError as exc:
         raise RuleError(f"{path}: not valid TOML ({exc})") from None
     except RecursionError:
         raise RuleError(f"{path}: nested deeper than a rule can be (at most {MAX_RULE_DEPTH} levels of tables and arrays)") from None
@@ -252,20 +250,9 @@ def _parse_rule_bytes(path: str, raw: bytes, known_advice: Iterable[str] | None)
 
 
 def _toml_files(directory: str) -> list[str]:
-    """The ``*.toml`` files of a directory, by name (os.scandir: pathlib would cost a plain diagnose its
-    import, and a directory entry knows it is a file without the stat _file_stamp makes anyway)."""
+    """The ``*.toml`` files of a directory, by name."""
     with os.scandir(directory) as entries:
         return sorted(e.path for e in entries if e.name.endswith(".toml") and e.is_file())
-
-
-def _file_stamp(path: str) -> bytes:
-    """What names a rule file's version without reading it, as __pycache__ does: its path, size,
-    modification time in nanoseconds, inode and device (a file replaced by a rename is a new inode)."""
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise RuleError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{st.st_dev}".encode("utf-8", "surrogateescape")
 
 
 def builtin_rule_paths() -> list[str]:
@@ -288,15 +275,6 @@ def builtin_rule_paths() -> list[str]:
     return sorted(paths, key=os.path.basename)
 
 
-# The validated catalogue is kept whole in the disk cache: parsing and checking ~35 rule files cost a
-# small log's start ~2 ms (issue 15), though they change only with an upgrade or an edit. The entry is
-# named by everything the result depends on: each file's stamp (path, size, mtime in ns, inode: what
-# __pycache__ trusts, so a hit reads no rule file), the fact catalogue's text, the advice ids checked
-# against, the package version and this format (bump it when validation changes what a Rule holds).
-# An edited rule, fact or advice id is a new name; tests run on an empty cache, so they always validate.
-_RULES_FORMAT = b"oomdoctor-rules-1"
-
-
 def load_rules(extra_dirs: Iterable[str] = (), known_advice: Iterable[str] | None = None, builtin: bool = True) -> list[Rule]:
     """The shipped catalogue plus every ``*.toml`` in the user's --rules directories."""
     paths = builtin_rule_paths() if builtin else []
@@ -305,19 +283,6 @@ def load_rules(extra_dirs: Iterable[str] = (), known_advice: Iterable[str] | Non
             raise RuleError(f"{d}: --rules takes a directory of *.toml rule files")
         paths.extend(_toml_files(d))
     advice_ids = None if known_advice is None else tuple(sorted(known_advice))
-    name = disk_cache.key(
-        _RULES_FORMAT,
-        __version__.encode(),
-        repr(advice_ids).encode(),
-        data_text("facts.toml").encode(),
-        *(_file_stamp(p) for p in paths),
-    )
-    cached = disk_cache.read(name)
-    if isinstance(cached, list):
-        try:
-            return [Rule(*row) for row in cached]  # not "fields": 3.12 inlines comprehensions, and the name is the function used below
-        except TypeError:  # not the shape a Rule takes: validate afresh
-            pass
     rules: list[Rule] = []
     seen: dict[str, str] = {}
     for p in paths:
@@ -326,7 +291,6 @@ def load_rules(extra_dirs: Iterable[str] = (), known_advice: Iterable[str] | Non
             raise RuleError(f"{p}: field 'id': {rule.id!r} is already defined in {seen[rule.id]}; ids are unique")
         seen[rule.id] = str(p)
         rules.append(rule)
-    disk_cache.write(name, [tuple(getattr(rule, f) for f in fields(Rule)) for rule in rules])
     return rules
 
 

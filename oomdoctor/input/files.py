@@ -8,15 +8,15 @@ damaged compressed stream yields what was decoded before the damage and is repor
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from oomdoctor.base import regex_cache
 from oomdoctor.base.errors import InputError
-from oomdoctor.base.records import field, record
 from oomdoctor.input.kinds import MONITORING_SUFFIXES, is_bundle_dir, is_evidence_file
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from typing import BinaryIO, Protocol
@@ -46,9 +46,9 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".gz", ".bz2", ".xz", ".stderr", ".stdout")
 # Rotated logs: server.log.1, server.log.2.gz (logrotate's numbers, higher is older) and
 # app.log-20260301[.gz] (dateext, older dates first); the live file comes after its rotations.
-_ROTATED_RE = regex_cache.compile(
+_ROTATED_RE = re.compile(
     r"^(?P<base>.+?\.(?:log|txt|out|err|stderr|stdout))(?:\.(?P<num>\d{1,6})|-(?P<date>\d{8}(?:\d{2,6})?))?(?:\.(?:gz|bz2|xz))?$",
-    regex_cache.IGNORECASE,
+    re.IGNORECASE,
 )
 # oomdoctor's own hidden files (`run`'s lock, temporary files of a write in progress): not warned about.
 OWN_HIDDEN_PREFIX = ".oomdoctor"
@@ -64,7 +64,7 @@ UNREADABLE = "unreadable"
 SKIPPED = "skipped"
 
 
-@record
+@dataclass
 class InputStats:
     """What reading one input found: size, line count and damage, reported in the JSON."""
 

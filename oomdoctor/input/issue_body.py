@@ -12,29 +12,27 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from oomdoctor.base import regex_cache
-from oomdoctor.base.records import field, record
-
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
 # --- recognising a body --------------------------------------------------------------------------
-_FENCE_RE = regex_cache.compile(r"^\s{0,3}(```+|~~~+)")
-_DETAILS_OPEN_RE = regex_cache.compile(r"<details\b", re.I)
-_DETAILS_CLOSE_RE = regex_cache.compile(r"</details\s*>", re.I)
-_SUMMARY_RE = regex_cache.compile(r"</?summary\b[^>]*>", re.I)
-_HEADING_RE = regex_cache.compile(r"^\s{0,3}#{1,6}\s+\S")
-_QUOTE_RE = regex_cache.compile(r"^\s{0,3}>\s?")
+_FENCE_RE = re.compile(r"^\s{0,3}(```+|~~~+)")
+_DETAILS_OPEN_RE = re.compile(r"<details\b", re.I)
+_DETAILS_CLOSE_RE = re.compile(r"</details\s*>", re.I)
+_SUMMARY_RE = re.compile(r"</?summary\b[^>]*>", re.I)
+_HEADING_RE = re.compile(r"^\s{0,3}#{1,6}\s+\S")
+_QUOTE_RE = re.compile(r"^\s{0,3}>\s?")
 # A line that looks like machine output even when it is not fenced (a log pasted bare into the body).
-_LOGLIKE_RE = regex_cache.compile(
+_LOGLIKE_RE = re.compile(
     r"^\s*(?:\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}|\[\d{2}:\d{2}:\d{2}|\((?:\w+ )?\w*pid=\d+|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b"
     r"|Traceback \(most recent call last\)|\s*File \"|[\w.]*(?:Error|Exception)\b:|torch\.|\[rank\d+\]:|\[TP\d+\]|\d+%\|)"
 )
 
 
-_CLAIM_RE = regex_cache.compile(r"(?i)\bout of memory\b|\bOOM\b|OutOfMemory|\bOOMKilled\b|memory (?:error|issue|leak)|not enough memory|显存")
+_CLAIM_RE = re.compile(r"(?i)\bout of memory\b|\bOOM\b|OutOfMemory|\bOOMKilled\b|memory (?:error|issue|leak)|not enough memory|显存")
 
 
 def claims_oom(text: str) -> bool:
@@ -159,8 +157,8 @@ def log_lines(text: str) -> list[str]:
 # Appended after a body that ends inside an open code block; the record parser reads it as a cut mark.
 CUT_MARK = "[... cut: the body ends inside a code block ...]"
 # Inline code that is machine output: an error line quoted in a sentence or a multi-line backtick span.
-_INLINE_RE = regex_cache.compile(r"`([^`]{12,})`?")
-_ERRORISH_RE = regex_cache.compile(r"(?i)\b[\w.]*(?:Error|Exception)\b:|out of memory|OutOfMemory|Not enough memory|KV cache|Traceback|Killed|SIGKILL")
+_INLINE_RE = re.compile(r"`([^`]{12,})`?")
+_ERRORISH_RE = re.compile(r"(?i)\b[\w.]*(?:Error|Exception)\b:|out of memory|OutOfMemory|Not enough memory|KV cache|Traceback|Killed|SIGKILL")
 
 
 def _inline_log(line: str) -> str:
@@ -173,7 +171,7 @@ def _inline_log(line: str) -> str:
 
 
 # --- what the reporter states ----------------------------------------------------------------------
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Reported:
     """A fact the reporter stated in prose or in a command they typed, with the body line it is on."""
 
@@ -183,24 +181,24 @@ class Reported:
     text: str
 
 
-@record
+@dataclass
 class IssueEvidence:
     log: list[str]
     reported: list[Reported] = field(default_factory=list)
 
 
 _FLAG_PATTERNS: tuple[tuple[str, re.Pattern[str], type], ...] = (
-    ("mem_fraction_static", regex_cache.compile(r"--mem[-_]fraction[-_]static[= ]+([0-9.]+)"), float),
-    ("gpu_memory_utilization", regex_cache.compile(r"--gpu[-_]memory[-_]utilization[= ]+([0-9.]+)|gpu_memory_utilization\s*=\s*([0-9.]+)"), float),
-    ("tp_size", regex_cache.compile(r"(?:--tp(?:[-_]size)?|--tensor[-_]parallel[-_]size|-tp)[= ]+(\d+)|tensor_parallel_size\s*=\s*(\d+)"), int),
-    ("max_model_len", regex_cache.compile(r"--max[-_]model[-_]len[= ]+(\d+)|max_model_len\s*=\s*(\d+)"), int),
-    ("context_length", regex_cache.compile(r"--context[-_]length[= ]+(\d+)"), int),
-    ("chunked_prefill_size", regex_cache.compile(r"--chunked[-_]prefill[-_]size[= ]+(\d+)"), int),
-    ("max_num_seqs", regex_cache.compile(r"--max[-_]num[-_]seqs[= ]+(\d+)"), int),
-    ("model_path", regex_cache.compile(r"--model(?:[-_]path)?[= ]+([\w./-]+)|\bLLM\(\s*model\s*=\s*[\"']([\w./-]+)"), str),
+    ("mem_fraction_static", re.compile(r"--mem[-_]fraction[-_]static[= ]+([0-9.]+)"), float),
+    ("gpu_memory_utilization", re.compile(r"--gpu[-_]memory[-_]utilization[= ]+([0-9.]+)|gpu_memory_utilization\s*=\s*([0-9.]+)"), float),
+    ("tp_size", re.compile(r"(?:--tp(?:[-_]size)?|--tensor[-_]parallel[-_]size|-tp)[= ]+(\d+)|tensor_parallel_size\s*=\s*(\d+)"), int),
+    ("max_model_len", re.compile(r"--max[-_]model[-_]len[= ]+(\d+)|max_model_len\s*=\s*(\d+)"), int),
+    ("context_length", re.compile(r"--context[-_]length[= ]+(\d+)"), int),
+    ("chunked_prefill_size", re.compile(r"--chunked[-_]prefill[-_]size[= ]+(\d+)"), int),
+    ("max_num_seqs", re.compile(r"--max[-_]num[-_]seqs[= ]+(\d+)"), int),
+    ("model_path", re.compile(r"--model(?:[-_]path)?[= ]+([\w./-]+)|\bLLM\(\s*model\s*=\s*[\"']([\w./-]+)"), str),
 )
-_VERSION_RE = regex_cache.compile(r"\b(sglang|vllm|vllm[-_]ascend|torch|transformers)\s*(?:version\s*[:=]?\s*|==\s*|v)?(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+|\.dev\d+)?)", re.I)
-_GPU_RE = regex_cache.compile(
+_VERSION_RE = re.compile(r"\b(sglang|vllm|vllm[-_]ascend|torch|transformers)\s*(?:version\s*[:=]?\s*|==\s*|v)?(\d+\.\d+(?:\.\d+)?(?:\.post\d+|rc\d+|\.dev\d+)?)", re.I)
+_GPU_RE = re.compile(
     r"\b(?:(\d+)\s*[x\u00d7*]\s*)?(?:NVIDIA\s+)?(H100|H200|H20|H800|A100|A800|A10G?|A6000|L40S?|L4|L20|RTX\s*\d{4}(?:\s*Ti)?|V100|T4|MI300X?|MI250X?|B200|GB200|910B)"
     r"(?:[\s-]*(?:SXM\d?|PCIe|NVL))?(?:[\s-]*(\d+)\s*G(?:i)?B)?",
     re.I,

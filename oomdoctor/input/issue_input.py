@@ -7,11 +7,12 @@ as events of kind KIND_REPORTED. Anything else streams through unchanged.
 
 from __future__ import annotations
 
-from oomdoctor.base import regex_cache
+import re
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.evidence import Event, LineRef
 from oomdoctor.base.limits import whole_if_small
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
@@ -20,11 +21,11 @@ KIND_REPORTED = "reported_fact"
 ISSUE_MAX_BYTES = 4 << 20
 _ISSUE_SUFFIXES = (".md", ".markdown", ".mdown")
 # A superset of issue_body._DETAILS_OPEN_RE's matches (same flags, no \b).
-_DETAILS_RE = regex_cache.compile(r"<details", regex_cache.I)
+_DETAILS_RE = re.compile(r"<details", re.I)
 
 
 _NOT_JSON = object()
-_EXPORT_START = regex_cache.compile(r"\s*(?:\{|\[\s*\{)")
+_EXPORT_START = re.compile(r"\s*(?:\{|\[\s*\{)")
 
 
 def _parsed_json(text: str) -> object:

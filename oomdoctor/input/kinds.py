@@ -7,11 +7,11 @@ The one place these names and suffixes live: the directory walk (input.files), t
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from oomdoctor.base.errors import InputError
 from oomdoctor.base.limits import nesting_depth
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 

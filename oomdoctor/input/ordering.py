@@ -8,10 +8,9 @@ before scanning, and the input says so. Large inputs stream as they are (an expo
 from __future__ import annotations
 
 import itertools
+import re
+from typing import TYPE_CHECKING
 
-from oomdoctor.base import regex_cache
-
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -19,7 +18,7 @@ if TYPE_CHECKING:
 _MIN_STAMPS = 5
 _DECREASING_SHARE = 0.8
 
-_STAMP_RE = regex_cache.compile(
+_STAMP_RE = re.compile(
     rb"(?:^|[\s\[(])(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)"  # ISO-ish date and time
     rb"|(?:^|\s)(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d{2}-\d{2} \d{2}:\d{2}:\d{2})"  # vLLM's MM-DD HH:MM:SS
 )

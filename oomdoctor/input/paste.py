@@ -12,12 +12,13 @@ applies calls its note, so the input says what was done to it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.limits import whole_if_small
 from oomdoctor.input.indentation import dedent
 from oomdoctor.input.ordering import oldest_first
 from oomdoctor.input.unwrap import unwrap
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 

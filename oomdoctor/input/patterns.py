@@ -11,9 +11,9 @@ one trying every pattern in order would have found.
 
 from __future__ import annotations
 
-from oomdoctor.base import regex_cache
+import re
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     import re
     from collections.abc import Callable, Iterator
@@ -45,7 +45,7 @@ class LazyRegex:
     @property
     def compiled(self) -> re.Pattern[str]:
         if self._compiled is None:
-            self._compiled = regex_cache.compile(self.source, self.flags)
+            self._compiled = re.compile(self.source, self.flags)
         return self._compiled
 
     def _absent(self, text: str) -> bool:

@@ -7,19 +7,19 @@ or a timestamp; the message that is left is what parsers read.
 
 from __future__ import annotations
 
-from oomdoctor.base import regex_cache
-from oomdoctor.base.records import record
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     import re
 
 # Real ESC sequences, and the same codes pasted as caret text ("^[[0;36m") by people copying
 # from a terminal or a web console.
-_ANSI_RE = regex_cache.compile(r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")  # used on every line
+_ANSI_RE = re.compile(r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")  # used on every line
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Stripped:
     """A message with its prefixes removed, and the identity those prefixes carried."""
 
@@ -45,13 +45,13 @@ def _sglang_rank(tags: str) -> str | None:
 
 def _vllm_proc_rank(name: str, attrs: str) -> str | None:
     # (VllmWorker rank=3 pid=N) -> rank3; (Worker_TP0_EP0 pid=N) -> TP0 EP0; (EngineCore_DP0 ...) -> DP0
-    m = regex_cache.compile(r"rank=(\d+)").search(attrs)
+    m = re.compile(r"rank=(\d+)").search(attrs)
     if m:
         return f"rank{m.group(1)}"
-    parts = [p for p in name.split("_")[1:] if regex_cache.compile(r"(?:DP|TP|PP|EP|DCP|PCP)\d+").fullmatch(p)]
+    parts = [p for p in name.split("_")[1:] if re.compile(r"(?:DP|TP|PP|EP|DCP|PCP)\d+").fullmatch(p)]
     if parts:
         return " ".join(parts)
-    m = regex_cache.compile(r"pid=(\d+)").search(attrs)
+    m = re.compile(r"pid=(\d+)").search(attrs)
     if name.startswith(("VllmWorkerProcess", "RayWorkerWrapper", "Worker")) and m:
         return f"pid{m.group(1)}"
     return None
@@ -61,52 +61,52 @@ def _vllm_proc_rank(name: str, attrs: str) -> str | None:
 # loop restarts from the top after every strip, so outer wrappers may appear in any order.
 _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # kubectl logs --prefix: "[pod/NAME/CONTAINER] " (also "[NAME/CONTAINER] " from stern-like tools).
-    ("kubectl", regex_cache.compile(r"^\[pod/(?P<pod>[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?)/(?P<container>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)\] ")),
+    ("kubectl", re.compile(r"^\[pod/(?P<pod>[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?)/(?P<container>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)\] ")),
     # srun -l: the Slurm task id, right-aligned to the widest id, then ": ".
-    ("srun", regex_cache.compile(r"^ {0,4}(?P<task>\d{1,5}): (?=.)")),
+    ("srun", re.compile(r"^ {0,4}(?P<task>\d{1,5}): (?=.)")),
     # Ray's worker and raylet output on the driver: "(pid=1234, ip=10.0.0.2) ", "(raylet, ip=10.0.0.2) ",
     # "(MyActor pid=1234, ip=10.0.0.2) " (actor names may hold ':' and '.'). Named vLLM workers are below.
     (
         "ray",
-        regex_cache.compile(
+        re.compile(
             r"^\((?:(?P<rname>[A-Za-z_][\w.:-]*)(?:, | ))?(?:pid=(?P<pid>\d+))?(?:, )?(?:ip=(?P<ip>[0-9a-fA-F.:]+))?\) "
         ),
     ),
     # Markdown quote from a pasted bug report.
-    ("markdown", regex_cache.compile(r"^ {0,3}>+ ?")),
+    ("markdown", re.compile(r"^ {0,3}>+ ?")),
     # docker compose: service name padded to the widest name, then "| ".
-    ("docker", regex_cache.compile(r"^(?P<svc>[A-Za-z0-9][\w.]*[-_][\w.-]*)\s+\| ?")),
+    ("docker", re.compile(r"^(?P<svc>[A-Za-z0-9][\w.]*[-_][\w.-]*)\s+\| ?")),
     # DJL Serving (AWS large model inference containers) relays the engine's output per stream:
     # "WARN  PyProcess W-252-model-stderr: ", "INFO  PyProcess W-252-model-stdout: ".
-    ("djl", regex_cache.compile(r"^(?:INFO|WARN|ERROR|DEBUG)\s+PyProcess W-\d+-[\w.-]+-std(?:out|err): ?")),
+    ("djl", re.compile(r"^(?:INFO|WARN|ERROR|DEBUG)\s+PyProcess W-\d+-[\w.-]+-std(?:out|err): ?")),
     # Buildkite's web log copied from the browser: a "  | " gutter before its timestamp.
-    ("buildkite_gutter", regex_cache.compile(r"^\s{0,4}\| (?=\[?\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})")),
+    ("buildkite_gutter", re.compile(r"^\s{0,4}\| (?=\[?\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})")),
     # Buildkite / cloud logging / kubectl --timestamps.
     (
         "iso_ts",
-        regex_cache.compile(
+        re.compile(
             r"^\[?(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]? ?"
         ),
     ),
     # torch.distributed elastic: "[rank3]: ".
-    ("torch_rank", regex_cache.compile(r"^\[(?P<rank>rank\d+)\]: ?")),
+    ("torch_rank", re.compile(r"^\[(?P<rank>rank\d+)\]: ?")),
     # SGLang: "[2026-03-02 10:00:41 DP0 PP0 TP0 EP0] ", "[10:00:41 TP1] ", "[03-02 10:00:41] ".
     (
         "sglang",
-        regex_cache.compile(
+        re.compile(
             r"^\[(?P<ts>(?:\d{4}-)?(?:\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)"  # .123: SGLANG_LOG_MS=1
             r"(?P<tags>(?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP|CP)\d+)*)[^\]]{0,20}\] ?"
             r"(?:(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) [\w./-]+\.py:\d+: )?"
         ),
     ),
     # SGLang 2024: "[gpu=0] Load weight begin. ..." (0.2.7-0.2.14), "[gpu_id=0] ..." (0.1.18-0.2.5).
-    ("sglang_gpu", regex_cache.compile(r"^\[gpu(?:_id)?=(?P<gpu>\d+)\] ")),
+    ("sglang_gpu", re.compile(r"^\[gpu(?:_id)?=(?P<gpu>\d+)\] ")),
     # vLLM process tag: "(EngineCore_DP0 pid=1531) ", "(RayWorkerWrapper pid=1699, ip=10.0.0.1) ".
-    ("vllm_proc", regex_cache.compile(r"^\((?P<name>[A-Za-z][\w]*)(?P<attrs>(?: [\w]+=[^\s,)]+,?)+)\) ")),
+    ("vllm_proc", re.compile(r"^\((?P<name>[A-Za-z][\w]*)(?P<attrs>(?: [\w]+=[^\s,)]+,?)+)\) ")),
     # vLLM logger: "INFO 08-19 07:51:03 [core.py:396] ", oldest "INFO 08-19 07:51:03 worker.py:10] ".
     (
         "vllm_level",
-        regex_cache.compile(
+        re.compile(
             r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2})"
             r"(?:\.\d+)? \[?[\w./-]+:\d+\] "
         ),
@@ -114,12 +114,12 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # Python logging as SGLang Omni configures it: "2026-03-29 22:51:55,108 [WARNING] ".
     (
         "pylogging",
-        regex_cache.compile(r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[,.]\d+)?) (?:\[(?P<level>[A-Za-z]+)\] |(?P<l2>[A-Z]+) )"),
+        re.compile(r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[,.]\d+)?) (?:\[(?P<level>[A-Za-z]+)\] |(?P<l2>[A-Z]+) )"),
     ),
     # Process-supervisor tags some launchers add before the engine's own prefix: "(Process) ".
     (
         "supervisor",
-        regex_cache.compile(r"^\((?:Process|stdout|stderr)\) "),
+        re.compile(r"^\((?:Process|stdout|stderr)\) "),
     ),
 )
 
@@ -191,7 +191,7 @@ def split_prefix(raw: str) -> Stripped:
             elif name in ("vllm_proc", "vllm_level"):
                 system = system or "vllm"
             if name == "vllm_proc":
-                ip = regex_cache.compile(r"\bip=([0-9a-fA-F.:]+)").search(groups["attrs"])
+                ip = re.compile(r"\bip=([0-9a-fA-F.:]+)").search(groups["attrs"])
                 if ip and node is None:
                     node, node_source = ip.group(1), "ray prefix"
                 tag = _vllm_proc_rank(groups["name"], groups["attrs"])

@@ -25,13 +25,13 @@ collect) follow whatever the CLI chose::
 
 from __future__ import annotations
 
-from _thread import _local as _thread_local
+import re
+import threading
+from typing import TYPE_CHECKING
 
-from oomdoctor.base import regex_cache
 from oomdoctor.input.patterns import LazyRegex, lazy
 from oomdoctor.input.prefixes import split_prefix
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     import re
     from collections.abc import Iterable, Iterator
@@ -65,14 +65,14 @@ _HEADER_NAME = (
     r"client-secret|secret-key|private-key|password|passwd|set-cookie|cookie)"
     r"|x-(?:[a-z0-9]+-)*(?:key|token|secret|signature|password|credentials?)"
 )
-_PEM_BEGIN = regex_cache.compile(r"-----BEGIN [A-Z0-9 ]{1,60}-----")
-_PEM_END = regex_cache.compile(r"-----END [A-Z0-9 ]{1,60}-----")
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{1,60}-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]{1,60}-----")
 # One line of a block: base64 (RFC 7468 bodies, OpenSSH keys), an RFC 1421 header, or blank.
-_PEM_BODY = regex_cache.compile(r"[A-Za-z0-9+/=]*|(?:Proc-Type|DEK-Info|Comment|Version)\s*:.*")
+_PEM_BODY = re.compile(r"[A-Za-z0-9+/=]*|(?:Proc-Type|DEK-Info|Comment|Version)\s*:.*")
 
 _RULES: tuple[tuple[str, LazyRegex, Any], ...] = (
     # A whole block on one line (real or escaped "\n" newlines between BEGIN and END).
-    ("pem", lazy("-----BEGIN", r"-----BEGIN [A-Z0-9 ]{1,60}-----.*?-----END [A-Z0-9 ]{1,60}-----", regex_cache.S), REDACTED),
+    ("pem", lazy("-----BEGIN", r"-----BEGIN [A-Z0-9 ]{1,60}-----.*?-----END [A-Z0-9 ]{1,60}-----", re.S), REDACTED),
     (
         "authorization",
         lazy(
@@ -91,7 +91,7 @@ _RULES: tuple[tuple[str, LazyRegex, Any], ...] = (
     ("url_userinfo", lazy("://", r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s:@'\"]+(?::[^/\s@'\"]*)?@"), rf"\1{REDACTED}@"),
     (
         "flag",
-        lazy("--", r"(--(?:" + "|".join(regex_cache.escape(f) for f in _SECRET_FLAGS) + r"))(=|\s+)(?!-)(\S+)"),
+        lazy("--", r"(--(?:" + "|".join(re.escape(f) for f in _SECRET_FLAGS) + r"))(=|\s+)(?!-)(\S+)"),
         rf"\1\2{REDACTED}",
     ),
     (
@@ -111,24 +111,6 @@ _RULES: tuple[tuple[str, LazyRegex, Any], ...] = (
     ("jwt", lazy("eyJ", r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
 )
 
-
-_GROUP_REF = regex_cache.compile(r"\\([1-9])(?!\d)")
-
-
-def _template(repl: str) -> Any:
-    """A replacement with ``\\N`` group references, as a function of the match. ``Pattern.sub`` parses a
-    string template with ``re`` (importing it: ~4 ms of a start that redacts nothing else)."""
-    parts = _GROUP_REF.split(repl)  # text, group number, text, ...
-    if any("\\" in part for part in parts[::2]):  # \g<name>, \10, an escape: not what this expands
-        raise ValueError(f"replacement {repl!r}: only \\1 to \\9 group references are expanded here")
-
-    def expand(m: re.Match[str]) -> str:
-        return "".join(part if i % 2 == 0 else (m.group(int(part)) or "") for i, part in enumerate(parts))
-
-    return expand
-
-
-_TEMPLATES: dict[str, Any] = {name: _template(repl) for name, _, repl in _RULES if isinstance(repl, str) and "\\" in repl}
 
 # Every rule's match holds one of these (case-insensitively): a line without any cannot hold a secret,
 # and is passed over with one search. ("token" is on every serving-statistics line, so the rules
@@ -151,7 +133,7 @@ _NEEDLES = (
 # a str regex match more than a bytes one put back in:
 # - `\s` in a str pattern also matches \x1c-\x1f and the Unicode spaces: ws lists them all (without
 #   \n: a line's only newline is its last byte, so no rule can need one before a ':' or '=');
-# - under regex_cache.IGNORECASE, i, k and s also match U+0130/U+0131, U+212A and U+017F (see `_ci`);
+# - under re.IGNORECASE, i, k and s also match U+0130/U+0131, U+212A and U+017F (see `_ci`);
 # - the kv rule's `(?<![\w#.-])` (what keeps "#token: 81234" and "num_tokens=" out) becomes one
 #   consumed byte that is not an ASCII word char, '#', '.', '-' or a newline, or a line start; a
 #   non-ASCII byte counts as allowed, since the str rule's Unicode `\w` refuses more, never fewer;
@@ -162,7 +144,7 @@ _NEEDLES = (
 
 # Characters Python's str `\s` matches, newline aside (tests compare it with all of Unicode).
 _WS_CHARS = "\t\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-# Non-ASCII characters that regex_cache.IGNORECASE matches for an ASCII letter (tests compare it with all of Unicode).
+# Non-ASCII characters that re.IGNORECASE matches for an ASCII letter (tests compare it with all of Unicode).
 _FOLDS = {"i": "\u0130\u0131", "k": "\u212a", "s": "\u017f"}
 
 
@@ -181,7 +163,7 @@ def _ci(word: str) -> bytes:
         if c.isalpha():
             out += _byte_alternatives(c.lower() + c.upper() + _FOLDS.get(c.lower(), ""))
         else:
-            out += regex_cache.escape(c).encode()
+            out += re.escape(c).encode()
     return out
 
 
@@ -195,7 +177,7 @@ def _prefilter_source() -> bytes:
     if _prefilter_text is not None:
         return _prefilter_text
     ws = _byte_alternatives(_WS_CHARS)
-    # `[a-z0-9]` under regex_cache.IGNORECASE (the header rule's x-...- parts).
+    # `[a-z0-9]` under re.IGNORECASE (the header rule's x-...- parts).
     ci_alnum = _byte_alternatives("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789" + "".join(_FOLDS.values()))
     sep = rb"""['"]?""" + ws + rb"*[:=]"  # `\1\s*[:=]`, the backreference loosened to any quote or none
     pieces: tuple[tuple[str, bytes], ...] = (
@@ -222,7 +204,7 @@ def _prefilter_source() -> bytes:
             + sep,
         ),
         ("url_userinfo", rb"://[^/@'\"\t\n\x0b\x0c\r \x1c-\x1f]+@"),
-        ("flag", rb"--(?:" + rb"|".join(regex_cache.escape(f).encode() for f in _SECRET_FLAGS) + rb")(?:=|" + ws + rb")"),
+        ("flag", rb"--(?:" + rb"|".join(re.escape(f).encode() for f in _SECRET_FLAGS) + rb")(?:=|" + ws + rb")"),
         ("env", rb"(?:TOKEN|API_KEY|APIKEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|ACCESS_KEY|PRIVATE_KEY)[A-Z0-9_]*="),
         ("kv", rb"(?:^|[^A-Za-z0-9_#.\-\n])" + _KEY_WORD.encode() + sep),
         ("hf", rb"hf_[A-Za-z0-9]{20}"),
@@ -246,7 +228,7 @@ def prefilter(engine: str = "auto") -> _Prefilter:
     """The prefilter compiled: RE2 (a DFA, Latin-1 so that each byte is one character) or, forced or without RE2, ``re``."""
     global _prefilter
     if engine == "re":
-        return regex_cache.compile(_prefilter_source())
+        return re.compile(_prefilter_source())
     if _prefilter is None:
         try:
             import re2
@@ -255,7 +237,7 @@ def prefilter(engine: str = "auto") -> _Prefilter:
             options.encoding = re2.Options.Encoding.LATIN1
             _prefilter = re2.compile(_prefilter_source(), options)
         except ImportError:
-            _prefilter = regex_cache.compile(_prefilter_source())
+            _prefilter = re.compile(_prefilter_source())
     return _prefilter
 
 
@@ -278,7 +260,7 @@ def _kv_replacement(m: re.Match[str]) -> str:
     if lowered.endswith(("tokens", "tokenizer")) or "tokenizer" in lowered or value in ("None", "null", "''", '""', "[]", "False", "True"):
         return m.group(0)
     if value.startswith("["):
-        items = [v for v in regex_cache.compile(r",\s*").split(value[1:-1]) if v.strip()]
+        items = [v for v in re.compile(r",\s*").split(value[1:-1]) if v.strip()]
         inner = ", ".join(f"'{REDACTED}'" for _ in items)
         return f"{quote}{key}{quote}{sep}[{inner}]"
     if value[:1] in "'\"":
@@ -291,8 +273,8 @@ def _header_replacement(m: re.Match[str]) -> str:
     return f"{quote}{name}{quote}{sep}{value_quote}{REDACTED}{value_quote}"
 
 
-# A rule's replacement when it is no plain text: its function, or its group-reference template expanded.
-_REPLACERS: dict[str, Any] = {**_TEMPLATES, "kv": _kv_replacement, "header": _header_replacement}
+# A rule's replacement when it is no template string: its function.
+_REPLACERS: dict[str, Any] = {"kv": _kv_replacement, "header": _header_replacement}
 
 
 # Case-insensitive rules are tried only when the lower-cased line holds one of their words.
@@ -308,7 +290,7 @@ _LOWER_NEEDLES: dict[str, tuple[str, ...]] = {
 
 
 # One search for any of the needles: a report redacts a few hundred strings, nearly all without one.
-_NEEDLES_RE = regex_cache.compile("|".join(regex_cache.escape(n) for n in _NEEDLES))
+_NEEDLES_RE = re.compile("|".join(re.escape(n) for n in _NEEDLES))
 
 
 def _redact_secrets(text: str) -> str:
@@ -365,7 +347,7 @@ _IPV6_RE = lazy(":", r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![
 _FQDN_RE = lazy(
     ".",
     r"(?<![\w.@-])(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+(?:" + _TLDS + r")(?![\w-]|\.[A-Za-z0-9])",
-    regex_cache.I,
+    re.I,
 )
 # Where a bare host name is named: hostname=..., host: ..., --host ..., MASTER_ADDR=..., NCCL's
 # "node-7:1234:1234 [0] NCCL INFO" prefix, torch's "connect to [node-7]:29500".
@@ -519,8 +501,8 @@ class Redactor:
         if len(name) < 3 or name.lower() in _NOT_HOSTS or _public(name) or name.lower() in self._hosts:
             return
         self._hosts.add(name.lower())
-        words = "|".join(regex_cache.escape(h) for h in sorted(self._hosts, key=len, reverse=True))
-        self._hosts_re = regex_cache.compile(r"(?<![\w.-])(?:" + words + r")(?![\w-])", regex_cache.I)  # node7.log -> <host-1>.log
+        words = "|".join(re.escape(h) for h in sorted(self._hosts, key=len, reverse=True))
+        self._hosts_re = re.compile(r"(?<![\w.-])(?:" + words + r")(?![\w-])", re.I)  # node7.log -> <host-1>.log
 
     # -- internals --
 
@@ -585,7 +567,7 @@ class Redactor:
 
 def _shape(prefix: str) -> str:
     """A prefix with its digits levelled, so lines stamped a second apart have the same shape."""
-    return regex_cache.compile(r"\d").sub("0", prefix)
+    return re.compile(r"\d").sub("0", prefix)
 
 
 def _ip(p: Pseudonyms, text: str) -> str:
@@ -607,7 +589,7 @@ def _ip(p: Pseudonyms, text: str) -> str:
 # Per thread: the sessions open on it (innermost last) and its default redactor. A thread-local stack,
 # not a ContextVar: nothing here runs sessions in interleaved asyncio tasks, and contextvars would cost
 # every start an import.
-_LOCAL = _thread_local()  # threading.local itself; the threading module is not needed for it
+_LOCAL = threading.local()
 
 
 def _sessions() -> list[Redactor]:

@@ -21,14 +21,14 @@ listed first): that is what decides whether the lines above a failure are read t
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+from typing import TYPE_CHECKING
 
-from oomdoctor.base import regex_cache
 from oomdoctor.base.evidence import Line, LineRef
-from oomdoctor.base.memo import memo
 from oomdoctor.input.prefixes import split_prefix, strip_ansi
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
     from typing import Protocol
@@ -75,7 +75,7 @@ class _RegexBackend:
             self._re = re2.compile(pattern)
         else:
 
-            self._re = regex_cache.compile(pattern)
+            self._re = re.compile(pattern)
         self._index = {a: i for i, a in reversed(list(enumerate(anchors)))}
 
     def anchored_lines(self, chunk: bytes) -> list[tuple[int, int]]:
@@ -147,7 +147,7 @@ class _FindBackend:
         return _first_per_line(chunk, hits)
 
 
-@memo(maxsize=16)
+@functools.lru_cache(maxsize=16)
 def backend(anchors: tuple[bytes, ...], name: str) -> Backend:
     """The backend ``name`` for ``anchors`` (compiled once per process); ImportError when not installed."""
     if name == "hyperscan":
@@ -159,7 +159,7 @@ def backend(anchors: tuple[bytes, ...], name: str) -> Backend:
     raise ValueError(f"{ENV_SCANNER}={name!r}: not one of {', '.join(BACKENDS)}")
 
 
-@memo(maxsize=16)
+@functools.lru_cache(maxsize=16)
 def _best(anchors: tuple[bytes, ...]) -> Backend:
     """The fastest installed backend for large chunks."""
     for name in ("hyperscan", "re2"):

@@ -17,11 +17,11 @@ Only small inputs (pastes) are read this way (oomdoctor/input/paste.py); large l
 from __future__ import annotations
 
 import os
+import re
+from typing import TYPE_CHECKING
 
-from oomdoctor.base import regex_cache
 from oomdoctor.input.prefixes import split_prefix, strip_ansi
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
@@ -33,7 +33,7 @@ _STARTS_OF_THEIR_OWN = ('File "', "Traceback", "During handling", "The above exc
 
 
 # A traceback's exception line ("torch.OutOfMemoryError: ...", "RuntimeError: ...").
-_EXCEPTION_LINE = regex_cache.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)(?::|$)")
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)(?::|$)")
 
 
 def _starts_a_line(text: str) -> bool:

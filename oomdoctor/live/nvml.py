@@ -8,11 +8,11 @@ memory. Tests pass a recorded fake module with the same function names.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from oomdoctor.base.evidence import Unavailable
-from oomdoctor.base.records import field, record
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
@@ -20,14 +20,14 @@ if TYPE_CHECKING:
 _NOT_AVAILABLE = (1 << 64) - 1
 
 
-@record
+@dataclass
 class GpuProcess:
     pid: int
     used_bytes: int | None  # None: NVML reports N/A (MIG, WDDM, some containers)
     kind: str = "compute"
 
 
-@record
+@dataclass
 class Gpu:
     index: int
     uuid: str | None

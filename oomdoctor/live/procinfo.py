@@ -7,17 +7,17 @@ the local processes (or name different ones), which is said, not hidden.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from oomdoctor.base import regex_cache
 from oomdoctor.input.redact import redact_text
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
-_ENV_ALLOW = regex_cache.compile(r"^(?:CUDA_|NVIDIA_|PYTORCH_|NCCL_|SGLANG_|VLLM_|TORCH_|OMP_NUM_THREADS$|HF_HOME$|LOCAL_RANK$|RANK$|WORLD_SIZE$)")
-_CONTAINER_RE = regex_cache.compile(r"(?:docker|kubepods|containerd|libpod|crio)[-/:]?([0-9a-f]{12,64})?")
+_ENV_ALLOW = re.compile(r"^(?:CUDA_|NVIDIA_|PYTORCH_|NCCL_|SGLANG_|VLLM_|TORCH_|OMP_NUM_THREADS$|HF_HOME$|LOCAL_RANK$|RANK$|WORLD_SIZE$)")
+_CONTAINER_RE = re.compile(r"(?:docker|kubepods|containerd|libpod|crio)[-/:]?([0-9a-f]{12,64})?")
 SERVER_MARKERS = ("sglang", "vllm", "launch_server", "EngineCore", "api_server", "sgl-", "tgi", "text-generation")
 
 

@@ -12,19 +12,18 @@ import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING
 
-from oomdoctor.base import regex_cache
 from oomdoctor.base.units import MIB
 from oomdoctor.live.nvml import Gpu, GpuProcess
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
 GPU_QUERY = "index,uuid,pci.bus_id,name,memory.total,memory.used,memory.free,memory.reserved"
 APPS_QUERY = "gpu_uuid,gpu_bus_id,pid,process_name,used_memory"
 _NA = {"", "[n/a]", "n/a", "not supported", "[not supported]", "[insufficient permissions]", "none"}
-_MIB_RE = regex_cache.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:MiB)?\s*$")
+_MIB_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:MiB)?\s*$")
 
 
 # No GPU has 2**44 MiB (16 EiB); a longer number is corrupt or hostile and reads as unknown.

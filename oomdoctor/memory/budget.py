@@ -6,10 +6,11 @@ so that reports can print the working next to every recommended number.
 
 from __future__ import annotations
 
-from oomdoctor.base.records import field, record, replace
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.units import GIB, MIB, ceil_to, floor_to, format_bytes, gib_text
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
@@ -60,7 +61,7 @@ def unaccounted_bytes(capacity: int, free: int, pytorch_reserved: int, this_proc
     return capacity - free - pytorch_reserved, NON_PYTORCH_OVERHEAD_MAX_BYTES + int(capacity * UNACCOUNTED_MARGIN_SHARE)
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Step:
     """One line of working: what was computed, the formula with numbers, and the result."""
 
@@ -75,7 +76,7 @@ class Step:
         return {"step": self.step, "formula": self.formula, "value": self.value, "unit": self.unit}
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Derived:
     """A computed number and how it was computed."""
 
@@ -288,7 +289,7 @@ def sglang_min_activation_reserve_bytes(capacity_hint_bytes: int, tp: int = 1, p
 # --- SGLang: choosing y -----------------------------------------------------------------------------
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class Window:
     """The feasible y: enough static room for weights + one request, enough dynamic room for the reserve."""
 
@@ -559,7 +560,7 @@ CONTEXT_FLAGS = ("--context-length", "--max-model-len")
 WINDOW_EPSILON = 1e-9
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class FractionBudget:
     """The quantities a fraction window is computed from, per rank.
 
@@ -590,7 +591,7 @@ class FractionBudget:
         return FRACTION_FLAGS[self.system]
 
 
-@record(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class SetCheck:
     """A set of changes re-evaluated: the fraction it leaves, the window it leaves, and whether one is in the other."""
 

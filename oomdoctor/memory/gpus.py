@@ -3,26 +3,26 @@ diagnosis names from the total capacity a log reports."""
 
 from __future__ import annotations
 
-from oomdoctor.base import toml_data as _toml
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.errors import GpuNotFound
-from oomdoctor.base.memo import memo
-from oomdoctor.base.records import record
-from oomdoctor.base.toml_data import data_text
+from oomdoctor.base.toml_data import data_text, tomllib
 from oomdoctor.base.units import GIB, MIB
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Gpu:
     name: str
     capacity_bytes: int
     aliases: tuple[str, ...] = ()
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class CardClass:
     label: str
     low_gib: float
@@ -30,10 +30,10 @@ class CardClass:
     typical_bytes: int
 
 
-@memo()
+@functools.cache
 def _table() -> dict[str, Any]:
     # Read from the package folder directly: importlib.resources would cost the diagnose path an import.
-    return _toml.loads(data_text("gpus.toml"))
+    return tomllib.loads(data_text("gpus.toml"))
 
 
 def gpu_table() -> list[Gpu]:

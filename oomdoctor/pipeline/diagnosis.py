@@ -7,13 +7,14 @@ recommendations; the verdict is the last incident's finding whose fix comes firs
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from oomdoctor import __version__
 from oomdoctor.advice import recommenders as advice
-from oomdoctor.base import regex_cache
 from oomdoctor.base.errors import InputError, UsageError
 from oomdoctor.base.evidence import KIND_REPEATS, Event, LineRef
-from oomdoctor.base.records import field, record, replace
 from oomdoctor.evidence import collected
 from oomdoctor.evidence import phase as phase_step
 from oomdoctor.evidence.parsers import records as rc
@@ -46,7 +47,6 @@ from oomdoctor.input.scan import scan_lines
 from oomdoctor.memory import budget
 from oomdoctor.memory.gpus import smallest_card_holding
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:  # imported where used: one small log needs neither the node nor the monitoring step
     import re
     from collections import OrderedDict, deque
@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # imported where used: one small log needs neither the node n
     from oomdoctor.inference import nodes as nodes_mod
 else:
     try:  # the C types collections re-exports: importing collections costs a start ~1 ms
-        from _collections import OrderedDict, deque
+        from collections import OrderedDict, deque
     except ImportError:  # pragma: no cover - another implementation
         from collections import OrderedDict, deque
 
@@ -65,7 +65,7 @@ SYSTEMS = ("sglang", "vllm", "torch")
 _FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Finding:
     rule: Rule | None
     klass: str
@@ -81,7 +81,7 @@ class Finding:
         return self.rule.id if self.rule else None
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Incident:
     run: int
     facts: Facts
@@ -93,7 +93,7 @@ class Incident:
         return self.findings[0]
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Diagnosis:
     """Everything a renderer shows: verdict, findings, budget, incidents, inputs."""
 
@@ -292,8 +292,8 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
     return store.events()
 
 
-_PLACEHOLDER_RE = regex_cache.compile(r"\{(\w+)\}")
-_OPTIONAL_RE = regex_cache.compile(r"\[\[([^\[\]]*)\]\]")
+_PLACEHOLDER_RE = re.compile(r"\{(\w+)\}")
+_OPTIONAL_RE = re.compile(r"\[\[([^\[\]]*)\]\]")
 
 
 def _render_message(template: str, facts: Facts) -> str:
@@ -686,7 +686,7 @@ def _is_monitoring_text(path: str) -> bool:
     return monitoring.looks_like_dcgm(head)
 
 
-@record
+@dataclass
 class _Across:
     """The inputs seen as nodes: the timeline, and the event streams grouped by server."""
 

@@ -1,16 +1,16 @@
 """What the commands write to the terminal and to report files: escaped, one line per message, atomic.
 
-No click here: the click-free path of a plain ``diagnose`` (oomdoctor.commands.entry) writes through these too.
+Every command writes through these.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from oomdoctor.base.errors import ExitCode, OutputError
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from types import TracebackType
     from typing import NoReturn

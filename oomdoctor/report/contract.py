@@ -7,11 +7,12 @@ EXTRA_KEYS, so nothing unchecked reaches the contract.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from oomdoctor.advice import recommenders as advice
 from oomdoctor.inference.facts import Facts
 from oomdoctor.pipeline.diagnosis import Diagnosis, Finding
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 

@@ -9,14 +9,14 @@ bidirectional-override characters are dropped, so the cell renders as the litera
 
 from __future__ import annotations
 
-from oomdoctor.base import regex_cache
+import re
 
 # HTML specials first (entities), then the punctuation that starts Markdown inline syntax.
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
 _MD_PUNCT = frozenset("\\`*_[]|~!#$")
 # C0/C1 controls (tab kept) and the Unicode bidi overrides/isolates that reorder what a reader sees.
-_INVISIBLE = regex_cache.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_BREAKS = regex_cache.compile(r"\r\n|[\r\n\u2028\u2029\x85]")
+_INVISIBLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_BREAKS = re.compile(r"\r\n|[\r\n\u2028\u2029\x85]")
 
 
 def escape_markdown_cell(text: object) -> str:

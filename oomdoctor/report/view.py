@@ -6,6 +6,8 @@ charts and tables under ``report``, and redacts secrets from every string, befor
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.units import floor_to
 from oomdoctor.evidence.readings import Readings
 from oomdoctor.inference.facts import Facts
@@ -14,7 +16,6 @@ from oomdoctor.memory import budget
 from oomdoctor.pipeline.diagnosis import Diagnosis
 from oomdoctor.report.contract import to_dict
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 

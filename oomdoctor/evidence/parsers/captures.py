@@ -29,11 +29,12 @@ never shifts another group. ``named`` checks the suffixes when a pattern is decl
 
 from __future__ import annotations
 
-from oomdoctor.base import regex_cache
+import re
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.units import UnitError, gib_to_bytes, is_plausible_device_bytes, mib_to_bytes, parse_size_bytes
 from oomdoctor.input.patterns import LazyRegex, Needle, lazy
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     import re
     from collections.abc import Callable
@@ -96,7 +97,7 @@ SUFFIXES: dict[str, tuple[str, _Converter]] = {
 }
 _FLAG = "_flag"
 
-_GROUP_NAME_RE = regex_cache.compile(r"\(\?P<(\w+)>")
+_GROUP_NAME_RE = re.compile(r"\(\?P<(\w+)>")
 
 # A pattern's plan: per capture group, in group order, its output key and converter (None: a flag).
 # Keyed by id() (hashing a compiled pattern hashes its whole code), with the pattern kept to check it.

@@ -9,18 +9,18 @@ ast costs every start ~1 ms (issue 15).
 
 from __future__ import annotations
 
-from oomdoctor.base import regex_cache
+import re
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
 _CONSTANTS = {"True": True, "False": False, "None": None}
 # In a quoted value, what literal_eval reads differently from the text (escapes) or refuses (a null byte,
 # a line break inside the quotes).
-_NEEDS_AST = regex_cache.compile(r"[\\\x00\r\n]")
-_INT_RE = regex_cache.compile(r"[+-]?(?:0|[1-9][0-9]*)")
-_FLOAT_RE = regex_cache.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?[0-9]+[eE][+-]?[0-9]+")
+_NEEDS_AST = re.compile(r"[\\\x00\r\n]")
+_INT_RE = re.compile(r"[+-]?(?:0|[1-9][0-9]*)")
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?[0-9]+[eE][+-]?[0-9]+")
 
 
 def python_value(raw: str) -> Any:

@@ -9,7 +9,8 @@ reads them. Pure: lines in, events out.
 
 from __future__ import annotations
 
-from oomdoctor.base import regex_cache
+import re
+
 from oomdoctor.base.evidence import Event, Line, LineRef
 from oomdoctor.evidence.parsers.frames import FRAME_ANYWHERE, FRAME_LINE
 from oomdoctor.input.patterns import lazy
@@ -73,16 +74,16 @@ _CUT_RE = lazy(
     None,
     r"^\s*(?:\[\s*(?:\.\.\.|…)[^\]]*\]|\(\s*(?:\.\.\.|…)[^)]*\)|<\s*snip[^>]*>|-+\s*snip\s*-+|\.\.\.\s*\(?\d*\s*(?:lines?\s*)?(?:omitted|truncated|cut)\)?"
     r"|\[?\s*(?:output\s*)?truncated\s*\]?|\.\.\.|…)\s*$",
-    regex_cache.I,
+    re.I,
 )
-_OOM_TEXT_RE = lazy(None, r"out\s*of\s*memory|OutOfMemory|ALLOC_FAILED|NO_MEMORY", regex_cache.I)
+_OOM_TEXT_RE = lazy(None, r"out\s*of\s*memory|OutOfMemory|ALLOC_FAILED|NO_MEMORY", re.I)
 # vLLM's worker wrappers name the method that failed before (or instead of) the traceback.
 _WORKER_METHOD_RE = lazy(None, r"Exception in worker \S+ while processing method (?P<method>\w+)|Error executing method '(?P<method2>\w+)'")
 # A CUDA error printed by C++ code, with no Python traceback of its own (FlashMLA/FlashInfer kernels,
 # NCCL, custom ops): "CUDA error (csrc/x.cu:93): no kernel image is available for execution on the
 # device", "CUDA error: an illegal memory access was encountered". An out-of-memory one is the torch
 # parser's driver OOM; any other is a named terminal error, not an OOM.
-_CUDA_ERROR_RE = lazy("CUDA error", r"^(?:\w+Error:\s*)?CUDA error(?:\s*\([^)]*\))?:\s*(?P<msg>(?!out of memory).+)$", regex_cache.I)
+_CUDA_ERROR_RE = lazy("CUDA error", r"^(?:\w+Error:\s*)?CUDA error(?:\s*\([^)]*\))?:\s*(?P<msg>(?!out of memory).+)$", re.I)
 _CLEAN_END_RE = lazy(("shutdown complete", "Shutting down", "Exiting"), r"Application shutdown complete|Shutting down gracefully|Exiting normally")
 
 

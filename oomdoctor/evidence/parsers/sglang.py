@@ -6,12 +6,13 @@ alternative per era where the wording changed. SGLang prints "GB" but divides by
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.evidence import Event, Line
 from oomdoctor.evidence.parsers.captures import NUM, named, present, typed
 from oomdoctor.evidence.parsers.python_values import python_value
 from oomdoctor.input.patterns import Dispatch, LazyRegex, lazy
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any

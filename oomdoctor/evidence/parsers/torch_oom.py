@@ -7,14 +7,15 @@ mid-word or re-wrapped by hand, and continuation lines are joined without a sepa
 
 from __future__ import annotations
 
-from oomdoctor.base import regex_cache
+import re
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.evidence import Event, Line, LineRef, ProcessUsage
 from oomdoctor.evidence import phase as phase_tables
 from oomdoctor.evidence.parsers.captures import named, typed
 from oomdoctor.evidence.parsers.frames import FRAME_LINE
 from oomdoctor.input.patterns import Dispatch, LazyRegex, lazy
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     import re
     from collections import deque
@@ -102,7 +103,7 @@ _ERA0_IMPLAUSIBLE_ORDER = ("capacity_bytes", "free_bytes", "allocated_bytes", "r
 _EXC_RE = lazy(None, r"([A-Za-z_][\w.]*(?:Error|Exception))\s*(?::|\(\s*['\"])\s*(?:[\w ]+:\s*)?$")
 
 _WRAPPERS: tuple[tuple[str, LazyRegex], ...] = (
-    ("cuda_graph_capture", lazy(None, r"Capture cuda graph failed|CUDA graph capture failed|capture failed", regex_cache.I)),
+    ("cuda_graph_capture", lazy(None, r"Capture cuda graph failed|CUDA graph capture failed|capture failed", re.I)),
     ("repr", lazy(None, r"OutOfMemoryError\(\s*['\"]")),
     ("json_body", lazy(None, r"\{\s*\"(?:error|detail|message)\"")),
     ("worker", lazy(None, r"Worker failed with error")),
@@ -131,7 +132,7 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     ("cufft", lazy("CUFFT_ALLOC_FAILED", r"cuFFT error: CUFFT_ALLOC_FAILED")),
     ("cumem_allocator", lazy("CUDA Error", r"CUDA Error: out of memory at")),
     ("hip", lazy("hipErrorOutOfMemory", r"hipErrorOutOfMemory")),
-    ("cusolver", lazy(None, r"cusolver_status_alloc_failed", regex_cache.I)),
+    ("cusolver", lazy(None, r"cusolver_status_alloc_failed", re.I)),
     ("nvrm", lazy("NV_ERR_NO_MEMORY", r"NVRM.*NV_ERR_NO_MEMORY|Out of memory \[NV_ERR_NO_MEMORY\]")),
     # TensorRT-LLM's buffers: "CUDA runtime error in ::cudaMallocAsync(...): out of memory".
     ("cuda_malloc", lazy("cudaMalloc", r"cudaMalloc\w*\(.*\):\s*out of memory")),

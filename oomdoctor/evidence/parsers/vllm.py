@@ -7,14 +7,15 @@ negative.
 
 from __future__ import annotations
 
-from oomdoctor.base import regex_cache
+import re
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.evidence import Event, Line
 from oomdoctor.base.units import gib_to_bytes
 from oomdoctor.evidence.parsers.captures import COUNT, NUM, named, present, typed
 from oomdoctor.evidence.parsers.python_values import python_value
 from oomdoctor.input.patterns import Dispatch, LazyRegex, lazy
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
@@ -365,7 +366,7 @@ def _config_values(text: str, pattern: LazyRegex) -> dict[str, Any]:
             values[key] = value
     sizes = _CAPTURE_SIZES_RE.search(text)
     if sizes:
-        nums = [int(n) for n in regex_cache.compile(r"\d+").findall(sizes.group("sizes_str"))]
+        nums = [int(n) for n in re.compile(r"\d+").findall(sizes.group("sizes_str"))]
         if nums:
             values["max_capture_size"] = max(nums)
     else:

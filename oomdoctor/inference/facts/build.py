@@ -7,6 +7,8 @@ where two give the same fact is not decided by that order but by ``store.PRECEDE
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.evidence.parsers import torch_oom as tt
 from oomdoctor.evidence.runs import Run, dedupe_ooms, implies_kv_failure, is_oom_event
@@ -16,7 +18,6 @@ from oomdoctor.inference.facts.phase_facts import phase_facts
 from oomdoctor.inference.facts.store import Facts
 from oomdoctor.input.issue_input import KIND_REPORTED
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.evidence import LineRef
 from oomdoctor.inference.facts.store import Facts
 from oomdoctor.memory import budget
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 

@@ -3,6 +3,8 @@ the failure flags the classes read (encoder, capture, weight-loading OOM)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.evidence import phase
 from oomdoctor.evidence.parsers import sglang as sg
@@ -10,7 +12,6 @@ from oomdoctor.evidence.parsers import torch_oom as tt
 from oomdoctor.evidence.parsers import vllm as vl
 from oomdoctor.inference.facts.store import Facts
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from oomdoctor.base import regex_cache
+import re
+
 from oomdoctor.base.evidence import Event
 from oomdoctor.evidence import phase
 from oomdoctor.evidence.parsers import records as rc
@@ -12,7 +13,7 @@ from oomdoctor.inference.facts.store import Facts
 
 _SERVING_PHASES = ("serving", "prefill", "decode", "sampling")
 # A traceback through a training loop (not an inference script or server): only then is training advice given.
-_TRAINING_RE = regex_cache.compile(r"(?i)\btrain\w*|finetun|fine_tun|backward|optimizer|trainer|training_step")
+_TRAINING_RE = re.compile(r"(?i)\btrain\w*|finetun|fine_tun|backward|optimizer|trainer|training_step")
 # The flag each stage the phase step finds sets.
 _STAGE_FLAGS = {"weight_loading": "weight_load_oom", "cuda_graph": "capture_oom", "encoder": "encoder_oom"}
 

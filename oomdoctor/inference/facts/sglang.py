@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.evidence import Event, LineRef
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.inference.facts.common import first, min_event, occurrences, timeline_stage
 from oomdoctor.inference.facts.store import PRECEDENCE, Facts
 from oomdoctor.memory import budget
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any

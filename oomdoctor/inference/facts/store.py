@@ -13,12 +13,13 @@ prose states) always ranks last.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.evidence import Event, LineRef
-from oomdoctor.base.records import field, record
 from oomdoctor.inference import catalogue
 from oomdoctor.memory.budget import Derived
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
@@ -106,7 +107,7 @@ class UnrankedSource(KeyError):
     """A builder offered a fact from a source PRECEDENCE does not rank for it (a programming error)."""
 
 
-@record
+@dataclass
 class Facts:
     """Facts of one incident: values, the lines each came from, and derivations of computed ones."""
 

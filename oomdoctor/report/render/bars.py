@@ -7,9 +7,10 @@ the two formulas mirror budget.py's, and tests/test_report_html.py checks that t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from oomdoctor.base.units import gib_text
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from oomdoctor.report.render.json_text import dumps
+import json
 
 
 def render(view: dict) -> str:
     """The contract part of the view model (everything but the report's drawing data)."""
     data = {k: v for k, v in view.items() if k != "report"}
-    return dumps(data) + "\n"  # json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False), without importing json
+    return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from jinja2 import Environment, StrictUndefined
 from markupsafe import Markup
 
@@ -11,7 +13,6 @@ from oomdoctor.report.render import svg
 from oomdoctor.report.render.markdown import _gpus as markdown_bars
 from oomdoctor.report.render.text import step_value
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 

@@ -11,9 +11,11 @@ never by string formatting. Write it with ``-o /var/lib/node_exporter/textfile/o
 
 from __future__ import annotations
 
-from oomdoctor.base import regex_cache, timestamps
+import re
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
+from oomdoctor.base import timestamps
+
 if TYPE_CHECKING:
     from typing import Any
 
@@ -39,7 +41,7 @@ def incident_time(view: dict[str, Any], now: float | None = None) -> float:
     return now
 
 
-_DATED = regex_cache.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
+_DATED = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
 
 
 def _candidate_times(view: dict[str, Any]) -> list[str]:

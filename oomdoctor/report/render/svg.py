@@ -11,11 +11,12 @@ Chromium).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from markupsafe import Markup, escape
 
 from oomdoctor.base.units import GIB, gib_text
 
-TYPE_CHECKING = False  # typing is not imported at run time (start-up cost); mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
