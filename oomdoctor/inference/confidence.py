@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from oomdoctor.inference import classes
+
 # Facts whose truth comes from an engine-authored verdict line.
 ENGINE_FACTS = frozenset(
     {"startup_kv_error", "free_less_than_requested", "kv_alloc_failed", "req_slots_failed", "profile_memory_changed", "unbalanced_memory", "capture_failed"}
@@ -32,12 +34,6 @@ PHASE_FACTS = frozenset({"oom_stage", "oom_stage_source", "server_ready", "weigh
 ALLOCATOR_FACTS = frozenset(
     {"requested_bytes", "free_bytes", "reserved_unallocated_bytes", "shortfall_bytes", "foreign_process_bytes", "foreign_process_count", "allocated_bytes", "unaccounted_bytes"}
 )
-
-# Classes whose fix is enough only if the phase allows it. Another process's memory is a fact of the
-# OOM message, but freeing it fixes the server only when the server's own need fits the card: serving,
-# its pools are sized and stable; loading weights, it may still need more than the whole card (a 72B
-# model on one 80 GiB GPU lists other processes too). The message alone does not say which.
-PHASE_DECIDES_SUFFICIENCY = frozenset({"foreign_process"})
 
 PHASE_FROM_CONTEXT = -0.10
 PHASE_FROM_NOTHING = -0.20
@@ -80,7 +76,7 @@ def adjust(base: float, used: set[str], ev: Evidence, klass: str = "") -> tuple[
             factors.append(Factor("the phase comes from surrounding log lines only, not from a traceback", PHASE_FROM_CONTEXT))
         elif ev.phase_source == "none":
             factors.append(Factor("no evidence of the phase (no traceback frames, no startup or serving lines)", PHASE_FROM_NOTHING))
-    elif klass in PHASE_DECIDES_SUFFICIENCY and not engine and ev.phase_source == "none":
+    elif _phase_decides_sufficiency(klass) and not engine and ev.phase_source == "none":
         factors.append(
             Factor(
                 "no evidence of the phase: whether this process fits once the others are gone is unknown (loading a model, it may need more than the card)",
@@ -108,3 +104,9 @@ def tie_cap(value: float, factors: list[Factor], rival_class: str, why: str = ""
         return value, factors
     what = f"{why}: {rival_class} holds as well" if why else f"{rival_class} holds as strongly"
     return TIE_CAP, [*factors, Factor(what, round(TIE_CAP - value, 2))]
+
+
+def _phase_decides_sufficiency(klass: str) -> bool:
+    """Whether the class's fix is enough only if the phase allows it (data/classes.toml says why)."""
+    spec = classes.load().get(klass)
+    return spec is not None and spec.phase_decides_sufficiency

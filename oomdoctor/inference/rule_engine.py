@@ -15,25 +15,12 @@ from typing import TYPE_CHECKING
 from oomdoctor.base.errors import RuleError
 from oomdoctor.base.limits import nesting_depth
 from oomdoctor.base.toml_data import tomllib
-from oomdoctor.inference import catalogue
+from oomdoctor.inference import catalogue, classes
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
-CLASSES = (
-    "startup_kv",
-    "weights_dont_fit",
-    "cuda_graph",
-    "runtime_activation",
-    "encoder_starvation",
-    "foreign_process",
-    "fragmentation",
-    "kv_exhaustion",
-    "host_oom",
-    "unknown_oom",
-    "none",
-)
 SYSTEMS = ("sglang", "vllm", "torch", "any")
 SEVERITIES = ("error", "warning", "info")
 OPERATORS = ("gt", "ge", "lt", "le", "eq", "ne", "in", "present")
@@ -156,8 +143,9 @@ def parse_rule(data: dict[str, Any], path: str, known_advice: Iterable[str] | No
         raise _fail(path, "field 'id'", f"must equal the file name without .toml: id = \"{stem}\"")
     if not isinstance(data["title"], str) or not data["title"].strip():
         raise _fail(path, "field 'title'", "write a short title string")
-    if data["class"] not in CLASSES:
-        raise _fail(path, "field 'class'", f"{data['class']!r} is not a class; write one of: {', '.join(CLASSES)}")
+    class_names = classes.load().names()
+    if data["class"] not in class_names:
+        raise _fail(path, "field 'class'", f"{data['class']!r} is not a class; write one of: {', '.join(class_names)}")
     systems = data["systems"]
     if not isinstance(systems, list) or not systems or any(s not in SYSTEMS for s in systems):
         raise _fail(path, "field 'systems'", f"write a list drawn from {list(SYSTEMS)}, e.g. systems = [\"sglang\"]")

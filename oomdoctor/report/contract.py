@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from oomdoctor.advice import recommenders as advice
+from oomdoctor.inference import classes
 from oomdoctor.inference.facts import Facts
 from oomdoctor.pipeline.diagnosis import Diagnosis, Finding
 
@@ -53,7 +54,8 @@ def finding_json(f: Finding, facts: Facts | None = None) -> dict[str, Any]:
         "recommendations": [r.to_json() for r in recommendations],
         "confidence_factors": [x.to_json() for x in f.factors],
     }
-    if facts is not None and f.klass == "foreign_process" and facts.get("_monitoring_pods"):
+    spec = classes.load().get(f.klass)
+    if facts is not None and spec is not None and spec.monitoring_pods and facts.get("_monitoring_pods"):
         # The other pods DCGM labels on the server's GPU (inside a container nvidia-smi cannot list them).
         extra["pods"] = list(facts.get("_monitoring_pods"))
     unknown = set(extra) - EXTRA_KEYS

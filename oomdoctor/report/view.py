@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.base.units import floor_to
 from oomdoctor.evidence.readings import Readings
+from oomdoctor.inference import classes
 from oomdoctor.inference.facts import Facts
 from oomdoctor.input.redact import redact_obj
 from oomdoctor.memory import budget
@@ -370,23 +371,13 @@ _COMMANDS = {
 }
 
 
-# A host (CPU) OOM is decided by the kernel's and the container's records, not by the GPU: these
-# replace the GPU commands in "Not checked".
-_HOST_STEPS = (
-    ("host_oom_kill", "the kernel's OOM-killer record: which process it killed and its RSS", "dmesg -T | grep -i -E 'killed process|out of memory'"),
-    ("host_journal", "the same record from the journal (when dmesg is restricted or has rotated)", "journalctl -k | grep -i -E 'killed process|out of memory'"),
-    (
-        "cgroup_memory_events",
-        "whether the container's memory limit, not the host, killed it (oom_kill > 0; cgroup v2, run inside the container)",
-        "cat /sys/fs/cgroup/memory.events",
-    ),
-)
-
-
 def _unchecked(d: Diagnosis) -> list[dict[str, Any]]:
     """What the rules could not check and the one command that collects it; facts that share a command share a line."""
-    if d.verdict_class == "host_oom":
-        return [{"fact": fact, "facts": [fact], "what": what, "command": command} for fact, what, command in _HOST_STEPS]
+    catalogue = classes.load()
+    spec = catalogue.get(d.verdict_class)
+    if spec is not None and spec.host_steps:
+        # Decided by the kernel's and the container's records, not by the GPU: these replace the GPU commands.
+        return [{"fact": s.fact, "facts": [s.fact], "what": s.what, "command": s.command} for s in catalogue.host_steps]
     missing: list[str] = []
     for item in d.not_evaluated:
         for name in item["missing"]:

@@ -1,0 +1,53 @@
+"""The class catalogue (``data/classes.toml``): every class, its companions and the behaviour it brings."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from oomdoctor.base.toml_data import data_text, tomllib
+
+
+@dataclass(frozen=True, slots=True)
+class ClassSpec:
+    """One class of the taxonomy and what it changes downstream (the keys are documented in classes.toml)."""
+
+    name: str
+    summary: str
+    companions: tuple[str, ...] = ()
+    phase_decides_sufficiency: bool = False
+    host_steps: bool = False
+    monitoring_pods: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HostStep:
+    """One piece of host-side evidence for a host OOM, and the command that collects it."""
+
+    fact: str
+    what: str
+    command: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClassCatalogue:
+    classes: dict[str, ClassSpec]
+    host_steps: tuple[HostStep, ...]
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.classes)
+
+    def get(self, name: str) -> ClassSpec | None:
+        return self.classes.get(name)
+
+
+@functools.cache
+def load() -> ClassCatalogue:
+    data = tomllib.loads(data_text("classes.toml"))
+    classes = {}
+    for name, spec in data["classes"].items():
+        classes[name] = ClassSpec(name=name, **{**spec, "companions": tuple(spec.get("companions", ()))})
+    unknown = {c for spec in classes.values() for c in spec.companions} - set(classes)
+    if unknown:
+        raise ValueError(f"data/classes.toml: companions name unknown classes: {sorted(unknown)}")
+    return ClassCatalogue(classes=classes, host_steps=tuple(HostStep(**s) for s in data.get("host_steps", ())))
