@@ -16,6 +16,7 @@ from oomdoctor.inference.rule_engine import load_rules
 from oomdoctor.pipeline.diagnosis import diagnose
 
 from conftest import FIXTURES, REPO
+from test_report_schema import VALIDATOR as SCHEMA_VALIDATOR
 
 # A case is a log (plain or gzip) or a bundle directory (pos_*/neg_*) that `collect` or `capture` wrote.
 # The field corpus (tests/fixtures/field/) has labels, not expectations: benchmarks/field.py scores it.
@@ -43,6 +44,7 @@ def test_fixture_diagnosis(path: Path, run_cli) -> None:
     res = run_cli("diagnose", str(path), "--format", "json")
     assert res.code == exp["exit_code"], res.err
     data = res.json
+    assert [e.message for e in SCHEMA_VALIDATOR.iter_errors(data)] == []  # the JSON contract's schema
     assert data["verdict"]["class"] == exp["class"]
     assert (data["verdict"]["rule"] or "") == exp["rule"]
     assert data["budget"]["system"] == exp["system"]

@@ -40,3 +40,13 @@ def test_a_package_added_under_oomdoctor_is_in_the_wheel(tmp_path: Path) -> None
     assert rules and [r for r in rules if f"oomdoctor/rules/{r}" not in names] == []
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "oomdoctor = oomdoctor.commands.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_the_license_file_is_the_one_setup_cfg_declares() -> None:
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    assert cfg["metadata"]["license"].strip() == "Apache-2.0" and cfg["metadata"]["license_files"].strip() == "LICENSE"
+    text = (REPO / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
