@@ -61,7 +61,6 @@ else:
         from collections import OrderedDict, deque
 
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS))
-SYSTEMS = ("sglang", "vllm", "torch")
 _FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
 
 
@@ -1163,7 +1162,3 @@ _HYPOTHESIS_FIX = {
 
 def _phase_words(found: phase_step.Phase) -> str:
     return {"frames": "from its traceback frames", "context": "from the log lines before it", "engine": "from the engine's own line"}.get(found.source, "phase unknown")
-
-
-def display_path(path: str) -> str:
-    return os.path.relpath(path) if os.path.isabs(path) else path
