@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.advice import recommenders as advice
 from oomdoctor.inference.facts import Facts
-from oomdoctor.pipeline.diagnosis import Diagnosis, Finding
+from oomdoctor.pipeline.model import Diagnosis, Finding
 
 if TYPE_CHECKING:
     from typing import Any
