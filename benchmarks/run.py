@@ -190,7 +190,7 @@ def main() -> None:
     recorder = recorder_rows(out, args.chatty_mb)
     sample_s = nvml_sample_cost()
     from oomdoctor.input.scan import scanner_name
-    from oomdoctor.pipeline.diagnosis import ANCHORS
+    from oomdoctor.pipeline.events import ANCHORS
 
     imports = subprocess.run(
         [

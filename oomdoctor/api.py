@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from oomdoctor.inference.rule_engine import Rule
-from oomdoctor.pipeline.diagnosis import Diagnosis
+from oomdoctor.pipeline.model import Diagnosis
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence

@@ -94,10 +94,10 @@ def test_a_lazy_upward_import_in_a_function_is_read() -> None:
     """Imports inside functions and under TYPE_CHECKING are edges too, parsed from source as the graph is."""
     text = (PKG / "base" / "units.py").read_text(encoding="utf-8")
     text += "\n\ndef _late():\n    from oomdoctor.report import view\n    return view\n"
-    text += "\nif TYPE_CHECKING:\n    from ..pipeline.diagnosis import Diagnosis\n"
+    text += "\nif TYPE_CHECKING:\n    from ..pipeline.model import Diagnosis\n"
     graph = import_graph()
     graph["oomdoctor.base.units"] = imported_modules(text, "oomdoctor.base.units")
-    assert {"oomdoctor.base.units -> oomdoctor.report.view", "oomdoctor.base.units -> oomdoctor.pipeline.diagnosis.Diagnosis"} <= set(upward_imports(graph))
+    assert {"oomdoctor.base.units -> oomdoctor.report.view", "oomdoctor.base.units -> oomdoctor.pipeline.model.Diagnosis"} <= set(upward_imports(graph))
 
 
 def test_the_advice_registry_is_passed_explicitly() -> None:

@@ -21,7 +21,7 @@ from oomdoctor.commands import plan
 from oomdoctor.inference.facts import Facts
 from oomdoctor.inference.facts.derived import budget_facts, vllm_window
 from oomdoctor.memory import budget
-from oomdoctor.pipeline.diagnosis import Diagnosis, Finding, Incident
+from oomdoctor.pipeline.model import Diagnosis, Finding, Incident
 from oomdoctor.report.contract import to_dict
 
 from conftest import FIXTURES, REPO

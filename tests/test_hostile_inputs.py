@@ -167,7 +167,7 @@ def test_junk_gets_one_line_and_a_documented_code(run_cli, tmp_path: Path, junk:
 
 def test_crash_loop_keeps_every_incident_with_bounded_events(run_cli, tmp_path: Path) -> None:
     from oomdoctor.input.files import InputStats
-    from oomdoctor.pipeline.diagnosis import read_events
+    from oomdoctor.pipeline.events import read_events
 
     crash = SEED.read_text()
     log = tmp_path / "crashloop.log"

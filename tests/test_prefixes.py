@@ -98,7 +98,7 @@ def test_interleaved_pods_keep_their_own_ranks_on_traceback_lines() -> None:
     belongs to the last program line of its own pod, not to the other pod's line printed in between."""
     from oomdoctor.evidence.parsers import records as rc
     from oomdoctor.input.scan import scan_lines
-    from oomdoctor.pipeline.diagnosis import ANCHORS
+    from oomdoctor.pipeline.events import ANCHORS
 
     text = (
         "[pod/sglang-0/sglang] 2026-03-02T10:00:41Z [2026-03-02 10:00:41 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"

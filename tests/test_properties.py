@@ -19,7 +19,8 @@ from oomdoctor.evidence.parsers.vllm import VLLMParser
 from oomdoctor.inference.rule_engine import evaluate, load_rules, parse_rule
 from oomdoctor.input.prefixes import split_prefix, strip_ansi
 from oomdoctor.memory import budget
-from oomdoctor.pipeline.diagnosis import ANCHORS, diagnose
+from oomdoctor.pipeline.diagnosis import diagnose
+from oomdoctor.pipeline.events import ANCHORS
 
 ANCHOR_TEXT = [a.decode() for a in ANCHORS]
 # Fragments of real lines, so that generated text reaches the parsers' deeper branches.

@@ -9,7 +9,7 @@ from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.evidence.parsers import vllm as vl
 from oomdoctor.evidence.runs import RunSegmenter, split_runs
 from oomdoctor.input.files import InputStats
-from oomdoctor.pipeline.diagnosis import read_events
+from oomdoctor.pipeline.events import read_events
 
 from conftest import FIXTURES
 

@@ -16,7 +16,7 @@ import pytest
 from oomdoctor.api import diagnose
 from oomdoctor.evidence.parsers import records as rc
 from oomdoctor.input import scan
-from oomdoctor.pipeline.diagnosis import ANCHORS
+from oomdoctor.pipeline.events import ANCHORS
 from oomdoctor.report.render import json_out
 from oomdoctor.report.view import build_view
 

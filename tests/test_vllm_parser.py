@@ -8,7 +8,7 @@ from oomdoctor.base.evidence import Line, LineRef
 from oomdoctor.base.units import GIB
 from oomdoctor.evidence.parsers import captures
 from oomdoctor.evidence.parsers import vllm as vl
-from oomdoctor.pipeline.diagnosis import ANCHORS
+from oomdoctor.pipeline.events import ANCHORS
 
 
 def one(text: str):

@@ -16,7 +16,7 @@ from oomdoctor.base.outcomes import GpuEvidence, PlanFit
 from oomdoctor.report.console import fail
 
 if TYPE_CHECKING:
-    from oomdoctor.pipeline.diagnosis import Diagnosis
+    from oomdoctor.pipeline.model import Diagnosis
 
 # Errors (by class, the nearest in the error's MRO wins) to exit codes; anything else is INTERNAL.
 _ERROR_EXIT_CODES: dict[type[BaseException], ExitCode] = {

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from oomdoctor.advice import recommenders as advice
 from oomdoctor.inference import classes
 from oomdoctor.inference.facts import Facts
-from oomdoctor.pipeline.diagnosis import Diagnosis, Finding
+from oomdoctor.pipeline.model import Diagnosis, Finding
 
 if TYPE_CHECKING:
     from typing import Any

@@ -14,7 +14,7 @@ from oomdoctor.inference import classes
 from oomdoctor.inference.facts import Facts
 from oomdoctor.input.redact import redact_obj
 from oomdoctor.memory import budget
-from oomdoctor.pipeline.diagnosis import Diagnosis
+from oomdoctor.pipeline.model import Diagnosis
 from oomdoctor.report.contract import to_dict
 
 if TYPE_CHECKING:

@@ -1,0 +1,186 @@
+"""One incident evaluated: every applicable rule on its facts, the findings worded, ranked and given a confidence."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from oomdoctor.advice import recommenders as advice
+from oomdoctor.inference import confidence
+from oomdoctor.inference.rule_engine import Rule, evaluate
+from oomdoctor.memory import budget
+from oomdoctor.pipeline.model import Finding, Incident
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any
+
+    from oomdoctor.base.evidence import LineRef
+    from oomdoctor.inference.facts import Facts
+
+
+_PLACEHOLDER_RE = re.compile(r"\{(\w+)\}")
+_OPTIONAL_RE = re.compile(r"\[\[([^\[\]]*)\]\]")
+
+
+def _render_message(template: str, facts: Facts) -> str:
+    """Fill ``{fact_name}`` placeholders; nothing else in a rule's text is interpreted.
+
+    A clause written ``[[ ... {fact} ...]]`` is left out when one of its facts is missing, so that a
+    message never says "n/a" where a clause can simply be dropped. Not ``str.format``: a rule file
+    from --rules must not reach attributes like ``{x.__class__}``.
+    """
+
+    def optional(m: re.Match[str]) -> str:
+        inner = m.group(1)
+        return inner if all(name in facts.values for name in _PLACEHOLDER_RE.findall(inner)) else ""
+
+    template = _OPTIONAL_RE.sub(optional, template)
+
+    def shown(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in facts.values:
+            return "n/a"
+        value = facts.values[name]
+        if name.endswith("_bytes") and isinstance(value, (int, float)):
+            return budget.describe(int(value))
+        if isinstance(value, float):
+            return f"{value:g}"
+        if isinstance(value, tuple):
+            return ", ".join(str(v) for v in value)
+        return str(value)
+
+    return _PLACEHOLDER_RE.sub(shown, template)
+
+
+def _evidence_for(rule: Rule, used: set[str], facts: Facts) -> tuple[LineRef, ...]:
+    refs: dict[tuple[str, int], LineRef] = {}
+    for name in sorted(used):
+        for ref in facts.refs.get(name, ()):
+            refs.setdefault((ref.path, ref.line), ref)
+    return tuple(sorted(refs.values(), key=lambda r: (r.path, r.line)))
+
+
+def _finding_extra(klass: str, facts: Facts) -> dict[str, Any]:
+    if klass != "foreign_process":
+        return {}
+    processes = facts.get("process_list") or ()
+    return {
+        "processes": [
+            {"pid": p.pid, "used_bytes": p.used_bytes, "is_self": p.is_self or (p.pid == facts.get("assumed_self_pid"))}
+            for p in processes
+        ]
+    }
+
+
+def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping[str, advice.Recommender] | None = None) -> Incident:
+    """Run every applicable rule on one incident's facts; order findings by whose fix comes first."""
+    values = facts.values
+    system = values.get("system", "unknown")
+    fired: list[tuple[int, float, Finding]] = []
+    not_evaluated: list[dict[str, Any]] = []
+    for rule in rules:
+        if "any" not in rule.systems and system not in rule.systems:
+            continue
+        ev = evaluate(rule.when, values)
+        if ev.result is None:
+            not_evaluated.append({"rule": rule.id, "missing": sorted(ev.missing)})
+            continue
+        if not ev.result:
+            continue
+        used = ev.used | rule.facts_used()
+        value, factors = confidence.adjust(rule.confidence, used, _evidence_of(facts), rule.klass)
+        if "weights_fit" in used and facts.get("weights_fit_undecided"):
+            # The engine says the KV did not fit; which fix (raise the fraction, or shard) is ours to
+            # compute, and here it hangs on a per-token KV size the log does not give.
+            value, factors = confidence.tie_cap(value, factors, "weights_dont_fit", _UNDECIDED_WHY)
+        finding = Finding(
+            rule=rule,
+            klass=rule.klass,
+            confidence=value,
+            factors=factors,
+            message=_render_message(rule.message, facts),
+            evidence=_evidence_for(rule, ev.used, facts),
+            recommendations=advice.recommend(rule.advice, facts, recommenders),
+            extra=_finding_extra(rule.klass, facts),
+        )
+        fired.append((rule.priority, -value, finding))
+    fired.sort(key=lambda t: (t[0], t[1], t[2].rule_id or ""))
+    findings = [f for _, _, f in fired]
+    # Two rules of one class are one finding for the reader; keep the first (highest priority).
+    seen: set[str] = set()
+    unique: list[Finding] = []
+    for f in findings:
+        if f.klass not in seen:
+            seen.add(f.klass)
+            unique.append(f)
+    if len(unique) > 1 and unique[1].confidence >= unique[0].confidence and unique[1].klass not in _COMPANIONS.get(unique[0].klass, ()):
+        # Two classes hold as strongly and neither explains the other: say so in the number.
+        value, factors = confidence.tie_cap(unique[0].confidence, unique[0].factors, unique[1].klass)
+        unique[0] = replace(unique[0], confidence=value, factors=factors)
+    stronger = [f for f in unique[1:] if f.confidence > unique[0].confidence] if unique else []
+    if stronger:
+        # The verdict is the fix that comes first, not the surest finding: say so where they differ.
+        note = confidence.Factor(
+            f"ranked first because its fix comes first; {stronger[0].klass} is more certain ({stronger[0].confidence:.2f}) but is addressed after it",
+            0.0,
+        )
+        unique[0] = replace(unique[0], factors=[*unique[0].factors, note])
+    if not unique:
+        missing = sorted({m for item in not_evaluated for m in item["missing"]})
+        decisive = _decisive_gaps(facts)
+        evidence = tuple(r for r in (facts.first_line,) if r is not None)
+        unique.append(
+            Finding(
+                rule=None,
+                klass="unknown_oom",
+                confidence=0.3,
+                message=(
+                    "An out-of-memory failure is evident, but the evidence does not support any class. "
+                    + ("What would decide it: " + "; ".join(decisive) + "." if decisive else "No rule matched its circumstances.")
+                ),
+                evidence=evidence,
+                recommendations=[],
+                extra={"missing": missing, "would_decide": decisive},
+            )
+        )
+    return Incident(run=facts.run, facts=facts, findings=unique, not_evaluated=not_evaluated)
+
+
+# Classes that hold together by design: the first is the fix that comes first, the second is still
+# true (a foreign process *and* a startup KV failure), so their agreement is no rivalry.
+_COMPANIONS: dict[str, tuple[str, ...]] = {
+    "foreign_process": ("startup_kv", "weights_dont_fit", "runtime_activation", "cuda_graph", "fragmentation", "encoder_starvation"),
+    "weights_dont_fit": ("startup_kv",),
+    "startup_kv": ("weights_dont_fit",),
+    "cuda_graph": ("runtime_activation",),
+    "encoder_starvation": ("runtime_activation",),
+}
+
+
+_UNDECIDED_WHY = "whether the weights leave room for one request's KV rests on an assumed 1 GiB (the log gives no per-token KV size)"
+
+
+def _evidence_of(facts: Facts) -> confidence.Evidence:
+    return confidence.Evidence(
+        phase_source=facts.get("phase_source", "none"),
+        message_complete=facts.get("oom_message_complete"),
+        system_fallback=facts.get("system_source") in ("prefix", "frames", "fallback"),
+        status=facts.get("evidence_status", "complete"),
+        observer_only=any(e.get("source") == "capture_observer" for e in facts.events) and facts.get("oom_count") == 1,
+    )
+
+
+def _decisive_gaps(f: Facts) -> list[str]:
+    """The evidence whose absence left an OOM unclassified, in words and with where to get it."""
+    gaps = []
+    if f.get("oom_stage") in (None, "unknown", "startup", "kv_pool"):
+        gaps.append("where the allocation failed: the traceback above the OOM, or the startup lines before it")
+    if f.get("requested_bytes") is None:
+        gaps.append("the allocator's numbers: the complete 'CUDA out of memory. Tried to allocate ...' message (a bare 'CUDA error: out of memory' has none)")
+    if f.get("system") == "sglang" and (f.get("pre_bytes") is None or f.get("post_bytes") is None):
+        gaps.append("SGLang's 'Load weight begin/end ... avail mem=' lines (--log-level info)")
+    if f.get("process_list") is None and "collected_gpus" not in f.values:
+        gaps.append("the processes on the GPU at the time: nvidia-smi, or `oomdoctor collect -o DIR` / `oomdoctor run`")
+    return gaps

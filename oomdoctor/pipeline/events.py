@@ -1,0 +1,192 @@
+"""One input read into its events: the scanned lines through every parser, into a store bounded however long the log."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import replace
+
+from oomdoctor.base.evidence import KIND_REPEATS, Event
+from oomdoctor.evidence import phase as phase_step
+from oomdoctor.evidence.parsers import records as rc
+from oomdoctor.evidence.parsers import sglang as sg
+from oomdoctor.evidence.parsers import torch_oom as tt
+from oomdoctor.evidence.parsers import vllm as vl
+from oomdoctor.evidence.runs import COLLAPSED_RUNS, RUN_MARKER_KINDS, RunSegmenter, is_oom_event
+from oomdoctor.input.files import InputStats, iter_line_chunks
+from oomdoctor.input.issue_input import issue_chunks
+from oomdoctor.input.paste import repaired
+from oomdoctor.input.scan import scan_lines
+
+ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS))
+_FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
+
+
+# Kinds that repeat for as long as a server runs (one per retraction, preemption, failed encoder
+# request, tqdm redraw); of these only the first and the most recent are kept, with a count, so that
+# memory stays flat on logs of days.
+_REPEATING = {
+    sg.KIND_RETRACT,
+    sg.KIND_GRAPH_BAR,
+    sg.KIND_KV_ALLOC_DETAIL,
+    sg.KIND_OMNI_ENCODER_FAIL,
+    sg.KIND_CAPTURE_ADVICE,
+    vl.KIND_PREEMPT,
+    vl.KIND_KV_AVAILABLE,
+    tt.KIND_OOM,
+    tt.KIND_DRIVER_OOM,
+    tt.KIND_HOST_OOM,
+    rc.KIND_RECORD,
+    rc.KIND_CUT,
+    rc.KIND_CONTEXT,
+}
+# Of a compacted run's start line only the values an old incident's class can hang on are kept.
+_SLIM_KEEP = frozenset({"mem_fraction_static", "tp_size", "gpu_memory_utilization", "version", "v1"})
+_KEEP_FIRST = 16
+_KEEP_LAST = 64
+_UNPARSED_WINDOW = 64
+_FULL_RUNS = 64
+
+
+class _EventStore:
+    """Events in log order, with repeating kinds bounded to their first and last occurrences.
+
+    A crash loop restarts the server thousands of times; only the last _FULL_RUNS runs keep all
+    their events, older ones keep their start line (and the other lines runs.RunSegmenter reads)
+    and their OOM events (enough to list them as incidents), so memory stays bounded however long
+    the log. Run starts are RunSegmenter's, the same that split_runs cuts at.
+    """
+
+    def __init__(self) -> None:
+        self.kept: list[Event] = []
+        self.tail: dict[str, deque[Event]] = {}
+        self.counts: dict[str, int] = {}
+        self.run_starts: list[int] = []  # indexes into kept
+        self.segmenter = RunSegmenter()  # the same run starts split_runs finds
+        # The last compacted run: its signature and the index of its start event, so that an identical
+        # next one is collapsed into it (a counter) instead of kept: memory stays constant in a crash loop.
+        self.last_signature: tuple | None = None
+        self.last_start: int = -1
+
+    @staticmethod
+    def _slim(event: Event) -> Event:
+        """A run-marker event without its long config text (its kind and short values stay)."""
+        # One ref (the first), short text, no long strings or traceback frames: enough to segment the
+        # run and to classify its OOM, a constant size however long the original record was.
+        return Event(
+            event.kind,
+            (replace(event.ref, text=event.ref.text[:160]),),
+            {k: v for k, v in event.values.items() if k in _SLIM_KEEP or (event.kind not in RUN_MARKER_KINDS and k not in ("frames", "message") and (not isinstance(v, str) or len(v) < 200))},
+        )
+
+    def _compact_oldest_full_run(self) -> None:
+        i = len(self.run_starts) - _FULL_RUNS - 2  # the newest run (being read) and _FULL_RUNS before it stay whole
+        start, end = self.run_starts[i], self.run_starts[i + 1]
+        # The run's start line and the other lines the segmenter reads are kept for segmentation only
+        # (their long config text is not), so split_runs cuts the slimmed events where it cut the whole ones.
+        segment = self.kept[start:end]
+        slim = [self._slim(e) for j, e in enumerate(segment) if j == 0 or e.kind in RUN_MARKER_KINDS or is_oom_event(e)]
+        signature = _signature(slim)
+        if signature == self.last_signature and self.last_start >= 0 and self.last_start == (self.run_starts[i - 1] if i > 0 else -1):
+            # The same run again: count it on the previous compacted run's start event, keep nothing.
+            head = self.kept[self.last_start]
+            head.values[COLLAPSED_RUNS] = head.values.get(COLLAPSED_RUNS, 0) + 1
+            del self.kept[start:end]
+            del self.run_starts[i]
+            self.run_starts[i:] = [s - len(segment) for s in self.run_starts[i:]]
+            return
+        removed = len(segment) - len(slim)
+        self.kept[start:end] = slim
+        self.run_starts[i + 1 :] = [s - removed for s in self.run_starts[i + 1 :]]
+        self.last_signature, self.last_start = signature, start
+
+    def add(self, event: Event) -> None:
+        kind = event.kind
+        if self.segmenter.feed(kind):
+            self.run_starts.append(len(self.kept))
+            if len(self.run_starts) > _FULL_RUNS + 1:
+                self._compact_oldest_full_run()
+        n = self.counts.get(kind, 0) + 1
+        self.counts[kind] = n
+        if kind not in _REPEATING or n <= _KEEP_FIRST:
+            self.kept.append(event)
+            return
+        self.tail.setdefault(kind, deque(maxlen=_KEEP_LAST)).append(event)
+
+    def events(self) -> list[Event]:
+        out = list(self.kept)
+        for kind, tail in self.tail.items():
+            out.extend(tail)
+            dropped = self.counts[kind] - _KEEP_FIRST - len(tail)
+            if dropped > 0:
+                out.append(Event(KIND_REPEATS, (tail[0].ref,), {"kind": kind, "dropped": dropped, "total": self.counts[kind]}))
+        out.sort(key=lambda e: e.ref.line)
+        return out
+
+
+def _signature(events: list[Event]) -> tuple:
+    """What makes two compacted runs the same incident: their kinds and values, not their lines."""
+    return tuple((e.kind, tuple(sorted((k, repr(v)) for k, v in e.values.items() if k != COLLAPSED_RUNS))) for e in events)
+
+
+def read_events(path: str, stats: InputStats) -> list[Event]:
+    """Scan one input and run every parser over its lines; pure apart from reading the input."""
+    parsers = (sg.SGLangParser(), vl.VLLMParser(), tt.TorchParser(), rc.RecordParser())
+    store = _EventStore()
+    counter = [0]
+    # Anchored lines no event has cited yet; a wrapped message cites its first line only once its
+    # last line is read, so a line is counted as unparsed when it leaves this window uncited.
+    pending: OrderedDict[int, None] = OrderedDict()
+    unparsed = 0
+    display = "<stdin>" if path == "-" else path
+
+    def cite(events: list[Event]) -> None:
+        for e in events:
+            store.add(e)
+            for r in e.refs:
+                pending.pop(r.line, None)
+
+    def reversed_note() -> None:
+        stats.warn("timestamps go back in time (a newest-first console export): read oldest first; line numbers count from the end")
+
+    def issue_note(reported: list[Event]) -> None:
+        stats.kind = "issue"
+        stats.warn("read as a bug report: only its code blocks, <details> and quoted logs are evidence; stated flags are marked as reported")
+        for e in reported:
+            store.add(e)
+
+    def dedent_note(columns: int) -> None:
+        stats.warn(f"every line is indented by the same {columns} column(s) (an indented paste): read without them")
+
+    def unwrap_note(width: int, pieces: tuple[int, ...]) -> None:
+        stats.joined_pieces = pieces
+        stats.warn(f"lines are cut at column {width} (a terminal's hard wrap): each cut line is read joined to its rest")
+
+    chunks = repaired(issue_chunks(iter_line_chunks(path, stats), path, display, issue_note), reversed_note, dedent_note, unwrap_note)
+    for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS):
+        if line.system:
+            stats.system_hints[line.system] = stats.system_hints.get(line.system, 0) + 1
+        if line.node:
+            stats.node_prefixed = True
+        # Traceback frames and their indented source lines are context, not unparsed evidence.
+        if (
+            line.anchored
+            and not line.msg.startswith("    ")
+            and not line.msg.lstrip().startswith(_FRAME_PREFIXES)
+            and "Traceback (most recent call last)" not in line.msg
+        ):
+            pending[line.ref.line] = None
+            if len(pending) > _UNPARSED_WINDOW:
+                pending.popitem(last=False)
+                unparsed += 1
+        for parser in parsers:
+            cite(parser.feed(line))
+        # A line that says which phase the server was in (progress bars, serving traffic) is context
+        # evidence, cited like any other event.
+        context_rule = phase_step.classify_context(line.msg) if not line.msg.startswith(" ") else None
+        if context_rule is not None:
+            cite([Event(rc.KIND_CONTEXT, (line.ref,), {"phase": context_rule.phase, "after_failure": context_rule.after_failure})])
+    for parser in parsers:
+        cite(parser.finish())
+    stats.lines = counter[0]
+    stats.unparsed_lines = unparsed + len(pending)
+    return store.events()
