@@ -18,6 +18,8 @@ class ClassSpec:
     phase_decides_sufficiency: bool = False
     host_steps: bool = False
     monitoring_pods: bool = False
+    lists_processes: bool = False
+    hypothesis_fix: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,11 @@ class ClassCatalogue:
 
     def get(self, name: str) -> ClassSpec | None:
         return self.classes.get(name)
+
+    def has(self, name: str, flag: str) -> bool:
+        """Whether class ``name`` is catalogued with ``flag`` (a boolean key of classes.toml) set."""
+        spec = self.classes.get(name)
+        return spec is not None and bool(getattr(spec, flag))
 
 
 @functools.cache

@@ -108,5 +108,4 @@ def tie_cap(value: float, factors: list[Factor], rival_class: str, why: str = ""
 
 def _phase_decides_sufficiency(klass: str) -> bool:
     """Whether the class's fix is enough only if the phase allows it (data/classes.toml says why)."""
-    spec = classes.load().get(klass)
-    return spec is not None and spec.phase_decides_sufficiency
+    return classes.load().has(klass, "phase_decides_sufficiency")

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from oomdoctor.advice import recommenders as advice
-from oomdoctor.inference import confidence
+from oomdoctor.inference import classes, confidence
 from oomdoctor.inference.rule_engine import Rule, evaluate
 from oomdoctor.memory import budget
 from oomdoctor.pipeline.model import Finding, Incident
@@ -63,7 +63,7 @@ def _evidence_for(rule: Rule, used: set[str], facts: Facts) -> tuple[LineRef, ..
 
 
 def _finding_extra(klass: str, facts: Facts) -> dict[str, Any]:
-    if klass != "foreign_process":
+    if not classes.load().has(klass, "lists_processes"):
         return {}
     processes = facts.get("process_list") or ()
     return {
@@ -115,7 +115,7 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping
         if f.klass not in seen:
             seen.add(f.klass)
             unique.append(f)
-    if len(unique) > 1 and unique[1].confidence >= unique[0].confidence and unique[1].klass not in _COMPANIONS.get(unique[0].klass, ()):
+    if len(unique) > 1 and unique[1].confidence >= unique[0].confidence and not _companions(unique[0].klass, unique[1].klass):
         # Two classes hold as strongly and neither explains the other: say so in the number.
         value, factors = confidence.tie_cap(unique[0].confidence, unique[0].factors, unique[1].klass)
         unique[0] = replace(unique[0], confidence=value, factors=factors)
@@ -148,17 +148,6 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping
     return Incident(run=facts.run, facts=facts, findings=unique, not_evaluated=not_evaluated)
 
 
-# Classes that hold together by design: the first is the fix that comes first, the second is still
-# true (a foreign process *and* a startup KV failure), so their agreement is no rivalry.
-_COMPANIONS: dict[str, tuple[str, ...]] = {
-    "foreign_process": ("startup_kv", "weights_dont_fit", "runtime_activation", "cuda_graph", "fragmentation", "encoder_starvation"),
-    "weights_dont_fit": ("startup_kv",),
-    "startup_kv": ("weights_dont_fit",),
-    "cuda_graph": ("runtime_activation",),
-    "encoder_starvation": ("runtime_activation",),
-}
-
-
 _UNDECIDED_WHY = "whether the weights leave room for one request's KV rests on an assumed 1 GiB (the log gives no per-token KV size)"
 
 
@@ -184,3 +173,9 @@ def _decisive_gaps(f: Facts) -> list[str]:
     if f.get("process_list") is None and "collected_gpus" not in f.values:
         gaps.append("the processes on the GPU at the time: nvidia-smi, or `oomdoctor collect -o DIR` / `oomdoctor run`")
     return gaps
+
+
+def _companions(first: str, second: str) -> bool:
+    """Whether two classes hold together by design (data/classes.toml): their agreement is no rivalry."""
+    spec = classes.load().get(first)
+    return spec is not None and second in spec.companions

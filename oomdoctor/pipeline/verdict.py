@@ -9,7 +9,7 @@ from oomdoctor.evidence import phase as phase_step
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.evidence.readings import Readings
 from oomdoctor.evidence.readings import read as read_readings
-from oomdoctor.inference import confidence
+from oomdoctor.inference import classes, confidence
 from oomdoctor.inference.completeness import Completeness
 from oomdoctor.memory import budget
 from oomdoctor.pipeline.across_nodes import nodes_facts, timeline_of
@@ -38,9 +38,10 @@ def incident_verdict(histories: list[tuple[IncidentHistory, list[Any]]], chosen:
     summary += node_text + _other_servers_text(histories, history, across) + pods_text
     # The findings say it too (every report shows them): the first failing node on the verdict's
     # finding, the other pods on the foreign-process finding.
+    catalogue = classes.load()
     findings = [
-        replace(f, message=f.message + (node_text if f is primary else "") + (pods_text if f.klass == "foreign_process" else ""))
-        if (f is primary and node_text) or (f.klass == "foreign_process" and pods_text)
+        replace(f, message=f.message + (node_text if f is primary else "") + (pods_text if catalogue.has(f.klass, "monitoring_pods") else ""))
+        if (f is primary and node_text) or (catalogue.has(f.klass, "monitoring_pods") and pods_text)
         else f
         for f in last.findings
     ]
@@ -157,7 +158,7 @@ def no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputS
             value = confidence.HYPOTHESIS_CAP if found.source in ("frames", "engine") else confidence.HYPOTHESIS_CAP - 0.10
             message = (
                 f"Crash during {found.name.replace('_', ' ')} ({_phase_words(found)}); the exception line is missing: {evidence.reason}. "
-                f"If it was an out-of-memory error, then it is most likely {likely} — {_HYPOTHESIS_FIX.get(likely, 'see the class documentation')}. "
+                f"If it was an out-of-memory error, then it is most likely {likely} — {_hypothesis_fix(likely)}. "
                 f"To decide it, fetch {FETCH_REST}."
             )
             refs = tuple(dict.fromkeys(r for r in (found.ref, evidence.ref) if r is not None))
@@ -195,7 +196,7 @@ def no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputS
         reason = f"the input stops during {found.name.replace('_', ' ')} (from {where}), before the server was ready, and shows no error"
         message = (
             f"The log stops during {found.name.replace('_', ' ')} ({_phase_words(found)}), before the server was ready, and shows no error. "
-            f"If the server died there, then it is most likely {likely} — {_HYPOTHESIS_FIX.get(likely, 'see the class documentation')}. "
+            f"If the server died there, then it is most likely {likely} — {_hypothesis_fix(likely)}. "
             f"If it is still starting, there is nothing to diagnose yet. To decide it, fetch {FETCH_REST}."
         )
         base["evidence"] = Completeness("incomplete", reason, found.ref)
@@ -283,13 +284,10 @@ def _phase_hypothesis(
     )
 
 
-_HYPOTHESIS_FIX = {
-    "weights_dont_fit": "the weights do not fit the GPU share: more tensor parallelism, quantization, or a bigger GPU",
-    "startup_kv": "no room for the KV cache at startup: raise --mem-fraction-static (SGLang) / --gpu-memory-utilization (vLLM) or lower the context length",
-    "cuda_graph": "graph capture ran out: lower the captured batch size (--cuda-graph-max-bs) or disable CUDA graphs",
-    "encoder_starvation": "the multimodal encoder got no room: reserve memory for it or cap the media size",
-    "runtime_activation": "a forward pass outgrew the activation reserve: lower --mem-fraction-static / --chunked-prefill-size (SGLang) or --gpu-memory-utilization / --max-num-batched-tokens (vLLM)",
-}
+def _hypothesis_fix(klass: str) -> str:
+    """What to do when the evidence only makes ``klass`` likely (data/classes.toml)."""
+    spec = classes.load().get(klass)
+    return spec.hypothesis_fix if spec is not None and spec.hypothesis_fix else "see the class documentation"
 
 
 def _phase_words(found: phase_step.Phase) -> str:

@@ -54,8 +54,7 @@ def finding_json(f: Finding, facts: Facts | None = None) -> dict[str, Any]:
         "recommendations": [r.to_json() for r in recommendations],
         "confidence_factors": [x.to_json() for x in f.factors],
     }
-    spec = classes.load().get(f.klass)
-    if facts is not None and spec is not None and spec.monitoring_pods and facts.get("_monitoring_pods"):
+    if facts is not None and classes.load().has(f.klass, "monitoring_pods") and facts.get("_monitoring_pods"):
         # The other pods DCGM labels on the server's GPU (inside a container nvidia-smi cannot list them).
         extra["pods"] = list(facts.get("_monitoring_pods"))
     unknown = set(extra) - EXTRA_KEYS
