@@ -22,6 +22,7 @@ class LineRef:
     rank: str | None = None
     text: str = ""
     ts: str | None = None
+    node: str | None = None  # the node the line's prefix names, split once by the scanner
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "line": self.line, "rank": self.rank, "text": self.text}

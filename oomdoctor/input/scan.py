@@ -266,7 +266,7 @@ def scan_lines(
                 text = strip_ansi(raw).rstrip()
                 if len(text) > MAX_TEXT_CHARS:
                     text = text[:MAX_TEXT_CHARS] + "…"
-                yield Line(ref=LineRef(path=path, line=lineno, rank=rank, text=text, ts=stripped.ts), msg=stripped.msg, ts=stripped.ts, anchored=start in hit_set, system=stripped.system, node=stripped.node)
+                yield Line(ref=LineRef(path=path, line=lineno, rank=rank, text=text, ts=stripped.ts, node=stripped.node), msg=stripped.msg, ts=stripped.ts, anchored=start in hit_set, system=stripped.system, node=stripped.node)
         # lineno - 1 lines end before `prev`; the rest of the chunk's newlines come after it.
         base = lineno - 1 + chunk.count(b"\n", prev)
         counter[0] = base

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oomdoctor.evidence.runs import is_oom_event
-from oomdoctor.input.prefixes import split_prefix
 
 if TYPE_CHECKING:  # imported where used: one small log from one node needs no node step
     from typing import Any
@@ -31,8 +30,7 @@ class Across:
 
 
 def _event_node(event: Event, file_node: str) -> str:
-    node = split_prefix(event.ref.text).node if event.ref.text else None
-    return node or file_node
+    return event.ref.node or file_node
 
 
 def across_nodes(paths: list[str], stats: list[InputStats], per_input: list[list[Event]], roots: list[str]) -> Across | None:
