@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from oomdoctor import __version__
-from oomdoctor.advice import recommenders as advice
+from oomdoctor.advice.recommendation import Recommendation
+from oomdoctor.advice.registry import recommend
 from oomdoctor.base.errors import InputError, UsageError
 from oomdoctor.base.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.evidence import collected
@@ -53,6 +54,7 @@ if TYPE_CHECKING:  # imported where used: one small log needs neither the node n
     from collections.abc import Iterable, Mapping
     from typing import Any
 
+    from oomdoctor.advice.registry import Recommender
     from oomdoctor.inference import nodes as nodes_mod
 else:
     try:  # the C types collections re-exports: importing collections costs a start ~1 ms
@@ -72,7 +74,7 @@ class Finding:
     confidence: float
     message: str
     evidence: tuple[LineRef, ...]
-    recommendations: list[advice.Recommendation]
+    recommendations: list[Recommendation]
     extra: dict[str, Any] = field(default_factory=dict)
     factors: list[Factor] = field(default_factory=list)
 
@@ -346,7 +348,7 @@ def _finding_extra(klass: str, facts: Facts) -> dict[str, Any]:
     }
 
 
-def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping[str, advice.Recommender] | None = None) -> Incident:
+def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping[str, Recommender] | None = None) -> Incident:
     """Run every applicable rule on one incident's facts; order findings by whose fix comes first."""
     values = facts.values
     system = values.get("system", "unknown")
@@ -374,7 +376,7 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping
             factors=factors,
             message=_render_message(rule.message, facts),
             evidence=_evidence_for(rule, ev.used, facts),
-            recommendations=advice.recommend(rule.advice, facts, recommenders),
+            recommendations=recommend(rule.advice, facts, recommenders),
             extra=_finding_extra(rule.klass, facts),
         )
         fired.append((rule.priority, -value, finding))
@@ -552,7 +554,7 @@ def _split_evidence(paths: list[str]) -> tuple[list[str], list[str]]:
     return logs, evidence
 
 
-def diagnose(paths: list[str], rules: list[Rule], system: str | None = None, recommenders: Mapping[str, advice.Recommender] | None = None) -> Diagnosis:
+def diagnose(paths: list[str], rules: list[Rule], system: str | None = None, recommenders: Mapping[str, Recommender] | None = None) -> Diagnosis:
     """Read every input, find the incidents, and return the diagnosis; InputError if nothing was readable."""
     if paths.count("-") > 1:
         raise UsageError("'-' (standard input) is given more than once; it can be read as one input only")
@@ -565,7 +567,7 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None, rec
         release_stdin_spool()
 
 
-def _diagnose(paths: list[str], rules: list[Rule], system: str | None, recommenders: Mapping[str, advice.Recommender] | None = None) -> Diagnosis:
+def _diagnose(paths: list[str], rules: list[Rule], system: str | None, recommenders: Mapping[str, Recommender] | None = None) -> Diagnosis:
     log_paths, evidence_paths = _split_evidence([p for p in paths if not _is_monitoring_text(p)])
     evidence_paths.extend(p for p in paths if _is_monitoring_text(p))
     gathered: list[dict[str, Any]] = []
