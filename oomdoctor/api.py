@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def load_rules(extra_dirs: Iterable[str] = (), advice_ids: Iterable[str] | None = None) -> list[Rule]:
     """The shipped rules plus those in ``extra_dirs``, validated against the advice registry given."""
-    from oomdoctor.advice.recommenders import known_advice
+    from oomdoctor.advice.registry import known_advice
     from oomdoctor.inference.rule_engine import load_rules as _load
 
     return _load(tuple(extra_dirs), known_advice() if advice_ids is None else advice_ids)
@@ -34,11 +34,11 @@ def diagnose(
     """Diagnose one incident from its inputs (logs, compressed logs, bundle directories, '-' for stdin).
 
     ``rules``: the rule catalogue (default: the shipped one); ``system``: auto, sglang, vllm or torch;
-    ``recommenders``: the advice registry, by name (default: the shipped one, oomdoctor.advice.recommenders.registry()).
+    ``recommenders``: the advice registry, by name (default: the shipped one, oomdoctor.advice.registry.registry()).
     Redaction is applied when the Diagnosis is turned into a view (oomdoctor.report.view.build_view).
     """
-    from oomdoctor.advice import recommenders as advice
+    from oomdoctor.advice.registry import registry
     from oomdoctor.pipeline.diagnosis import diagnose as _diagnose
 
-    table = recommenders if recommenders is not None else advice.registry()
+    table = recommenders if recommenders is not None else registry()
     return _diagnose(list(paths), rules if rules is not None else load_rules(advice_ids=table.keys()), system=None if system == "auto" else system, recommenders=table)

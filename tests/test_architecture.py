@@ -102,12 +102,13 @@ def test_a_lazy_upward_import_in_a_function_is_read() -> None:
 
 def test_the_advice_registry_is_passed_explicitly() -> None:
     """api.diagnose takes the recommenders it uses; a custom registry reaches the findings."""
-    from oomdoctor.advice import recommenders as advice
+    from oomdoctor.advice.recommendation import Recommendation
+    from oomdoctor.advice.registry import registry
     from oomdoctor.api import diagnose
 
     log = PKG.parent / "tests" / "fixtures" / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"
-    table = dict(advice.registry())
-    table["raise-mem-fraction-static"] = lambda facts: [advice.Recommendation("--custom-flag", 1, "set", "from a custom registry")]
+    table = dict(registry())
+    table["raise-mem-fraction-static"] = lambda facts: [Recommendation("--custom-flag", 1, "set", "from a custom registry")]
     d = diagnose([str(log)], recommenders=table)
     assert [r.flag for r in d.findings[0].recommendations] == ["--custom-flag"]
     assert diagnose([str(log)]).findings[0].recommendations[0].flag == "--mem-fraction-static"

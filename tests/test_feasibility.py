@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oomdoctor.advice import recommenders as advice
+from oomdoctor.advice.feasibility import changes_of, fraction_budget
+from oomdoctor.advice.recommendation import PRIMARY, Recommendation, paste_line
+from oomdoctor.advice.registry import recommend
 from oomdoctor.api import diagnose
 from oomdoctor.base.toml_data import tomllib
 from oomdoctor.base.units import GIB, MIB
@@ -43,18 +45,18 @@ def _window(facts: Facts) -> tuple[float, float] | None:
     return None
 
 
-def assert_primary_feasible(recs: list[advice.Recommendation], facts: Facts, where: str) -> None:
+def assert_primary_feasible(recs: list[Recommendation], facts: Facts, where: str) -> None:
     """Every primary recommendation is feasible under the incident's own budget."""
-    primaries = [r for r in recs if r.role == advice.PRIMARY]
+    primaries = [r for r in recs if r.role == PRIMARY]
     assert len(primaries) <= 1, f"{where}: more than one primary set"
-    b = advice.fraction_budget(facts)
+    b = fraction_budget(facts)
     window = _window(facts)
     for r in primaries:
         assert r.value is not None or r.direction == "run", f"{where}: a primary without a value to paste"
         assert r.feasible is not False, f"{where}: primary {r.flag} {r.value} is marked infeasible"
         if b is None or r.value is None:
             continue
-        changes = advice.changes_of(r)
+        changes = changes_of(r)
         # The same formulas as the window the report prints, with every change of the set applied together.
         assert budget.check_set(b, changes).feasible is not False, f"{where}: primary set {changes} outside its own window"
         flags = {flag for flag, _ in changes}
@@ -172,7 +174,7 @@ SGLANG_ADVICE = [
 
 @given(sglang_budget(), st.sampled_from(SGLANG_ADVICE))
 def test_random_sglang_budgets_never_get_an_infeasible_primary(f: Facts, advice_ids: tuple[str, ...]) -> None:
-    assert_primary_feasible(advice.recommend(advice_ids, f), f, f"{advice_ids} {f.values}")
+    assert_primary_feasible(recommend(advice_ids, f), f, f"{advice_ids} {f.values}")
 
 
 @st.composite
@@ -206,7 +208,7 @@ VLLM_ADVICE = [
 
 @given(vllm_budget(), st.sampled_from(VLLM_ADVICE))
 def test_random_vllm_budgets_never_get_an_infeasible_primary(f: Facts, advice_ids: tuple[str, ...]) -> None:
-    assert_primary_feasible(advice.recommend(advice_ids, f), f, f"{advice_ids} {f.values}")
+    assert_primary_feasible(recommend(advice_ids, f), f, f"{advice_ids} {f.values}")
 
 
 # --- 2. alternatives are alternatives; paste-ready in every format -------------------------------------
@@ -236,11 +238,11 @@ def test_environment_variables_and_json_flags_are_paste_ready(run_cli, fmt: str)
 
 
 def test_paste_line() -> None:
-    assert advice.paste_line("--enforce-eager", True, "set") == "--enforce-eager"
-    assert advice.paste_line("--mem-fraction-static", 0.85, "raise") == "--mem-fraction-static 0.85"
-    assert advice.paste_line("--limit-mm-per-prompt", '{"image": 1}', "set") == "--limit-mm-per-prompt '{\"image\": 1}'"
-    assert advice.paste_line("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "set") == "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-    assert advice.paste_line("--tp-size", None, "raise") is None
+    assert paste_line("--enforce-eager", True, "set") == "--enforce-eager"
+    assert paste_line("--mem-fraction-static", 0.85, "raise") == "--mem-fraction-static 0.85"
+    assert paste_line("--limit-mm-per-prompt", '{"image": 1}', "set") == "--limit-mm-per-prompt '{\"image\": 1}'"
+    assert paste_line("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "set") == "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    assert paste_line("--tp-size", None, "raise") is None
 
 
 # --- 3. actions and plan fixes --------------------------------------------------------------------------
@@ -324,7 +326,7 @@ def test_json_steps_carry_their_unit_and_renderers_format_by_it(run_cli) -> None
 
 
 def test_the_model_is_frozen() -> None:
-    for cls in (Finding, Incident, Diagnosis, advice.Recommendation, budget.Step):
+    for cls in (Finding, Incident, Diagnosis, Recommendation, budget.Step):
         assert cls.__dataclass_params__.frozen, cls.__name__
     d = diagnose([str(FIXTURES / "sglang-startup-kv/pos_h100_qwen3_omni_g2.log")])
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor.advice.recommenders import known_advice
+from oomdoctor.advice.registry import known_advice
 from oomdoctor.base.toml_data import tomllib
 from oomdoctor.inference.rule_engine import load_rules
 from oomdoctor.pipeline.diagnosis import diagnose

@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from oomdoctor.advice.recommenders import known_advice
+from oomdoctor.advice.registry import known_advice
 from oomdoctor.base.errors import InputError, RuleError
 from oomdoctor.base.evidence import Line, LineRef
 from oomdoctor.base.units import GIB, KIB, MIB, TIB, format_bytes, parse_size_bytes

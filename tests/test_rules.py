@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from oomdoctor.advice.recommenders import known_advice
+from oomdoctor.advice.registry import known_advice
 from oomdoctor.base.errors import RuleError
 from oomdoctor.inference.rule_engine import evaluate, load_rule_file, load_rules
 

@@ -26,13 +26,13 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from oomdoctor.advice import recommenders as advice
+    from oomdoctor.advice.registry import Recommender
     from oomdoctor.base.evidence import Event
     from oomdoctor.inference.rule_engine import Rule
     from oomdoctor.pipeline.model import Diagnosis
 
 
-def diagnose(paths: list[str], rules: list[Rule], system: str | None = None, recommenders: Mapping[str, advice.Recommender] | None = None) -> Diagnosis:
+def diagnose(paths: list[str], rules: list[Rule], system: str | None = None, recommenders: Mapping[str, Recommender] | None = None) -> Diagnosis:
     """Read every input, find the incidents, and return the diagnosis; InputError if nothing was readable."""
     if paths.count("-") > 1:
         raise UsageError("'-' (standard input) is given more than once; it can be read as one input only")
@@ -45,7 +45,7 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None, rec
         release_stdin_spool()
 
 
-def _diagnose(paths: list[str], rules: list[Rule], system: str | None, recommenders: Mapping[str, advice.Recommender] | None = None) -> Diagnosis:
+def _diagnose(paths: list[str], rules: list[Rule], system: str | None, recommenders: Mapping[str, Recommender] | None = None) -> Diagnosis:
     log_paths, evidence_paths = split_evidence([p for p in paths if not is_monitoring_text(p)])
     evidence_paths.extend(p for p in paths if is_monitoring_text(p))
     gathered: list[dict[str, Any]] = []

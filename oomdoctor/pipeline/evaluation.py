@@ -6,7 +6,7 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from oomdoctor.advice import recommenders as advice
+from oomdoctor.advice.registry import recommend
 from oomdoctor.inference import classes, confidence
 from oomdoctor.inference.rule_engine import Rule, evaluate
 from oomdoctor.memory import budget
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from typing import Any
 
+    from oomdoctor.advice.registry import Recommender
     from oomdoctor.base.evidence import LineRef
     from oomdoctor.inference.facts import Facts
 
@@ -74,7 +75,7 @@ def _finding_extra(klass: str, facts: Facts) -> dict[str, Any]:
     }
 
 
-def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping[str, advice.Recommender] | None = None) -> Incident:
+def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping[str, Recommender] | None = None) -> Incident:
     """Run every applicable rule on one incident's facts; order findings by whose fix comes first."""
     values = facts.values
     system = values.get("system", "unknown")
@@ -102,7 +103,7 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping
             factors=factors,
             message=_render_message(rule.message, facts),
             evidence=_evidence_for(rule, ev.used, facts),
-            recommendations=advice.recommend(rule.advice, facts, recommenders),
+            recommendations=recommend(rule.advice, facts, recommenders),
             extra=_finding_extra(rule.klass, facts),
         )
         fired.append((rule.priority, -value, finding))

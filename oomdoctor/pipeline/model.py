@@ -13,7 +13,7 @@ from oomdoctor.inference.completeness import Completeness
 if TYPE_CHECKING:
     from typing import Any
 
-    from oomdoctor.advice import recommenders as advice
+    from oomdoctor.advice.recommendation import Recommendation
     from oomdoctor.base.evidence import LineRef
     from oomdoctor.inference.confidence import Factor
     from oomdoctor.inference.facts import Facts
@@ -28,7 +28,7 @@ class Finding:
     confidence: float
     message: str
     evidence: tuple[LineRef, ...]
-    recommendations: list[advice.Recommendation]
+    recommendations: list[Recommendation]
     extra: dict[str, Any] = field(default_factory=dict)
     factors: list[Factor] = field(default_factory=list)
 

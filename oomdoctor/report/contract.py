@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from oomdoctor.advice import recommenders as advice
+from oomdoctor.advice.sglang import startup_foreign_actions
 from oomdoctor.inference import classes
 from oomdoctor.inference.facts import Facts
 from oomdoctor.pipeline.model import Diagnosis, Finding
@@ -41,7 +41,7 @@ def finding_json(f: Finding, facts: Facts | None = None) -> dict[str, Any]:
     if facts is not None and f.rule_id == "sglang-startup-foreign-memory":
         # Memory held before the server started: an action (find and free it) and the holder in the list,
         # which the OOM message's process list (the server alone) does not show.
-        recommendations = recommendations or advice.startup_foreign_actions(facts)
+        recommendations = recommendations or startup_foreign_actions(facts)
         held = facts.get("startup_foreign_bytes")
         if held and not any(not p.get("is_self") for p in extra.get("processes", [])):
             extra["processes"] = [*extra.get("processes", []), {"pid": None, "used_bytes": held, "is_self": False, "what": "held before the server started (not in the OOM message)"}]
