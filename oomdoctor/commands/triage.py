@@ -292,7 +292,7 @@ ENGINE_HINTS: tuple[EngineHint, ...] = (
     EngineHint(
         "vllm_warmup",
         "vLLM",
-        re.compile(r"CUDA out of memory occurred when warming up (?:sampler|pooler)(?: \([^)]*\))? with (?P<reqs>\d+) dummy requests\. Please try lowering `max_num_seqs` or `gpu_memory_utilization`"),
+        re.compile(r"CUDA out of memory occurred when warming up (?:sampler|pooler)(?: \(.{0,200}?\))? with (?P<reqs>\d+) dummy requests\. Please try lowering `max_num_seqs` or `gpu_memory_utilization`"),
         "runtime_activation",
         (("--max-num-seqs", "lower"), ("--gpu-memory-utilization", "lower")),
     ),
