@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 # Every reply starts with this hidden HTML comment; the rest of the line is the reply's state as JSON:
 # <!-- oomdoctor-triage {"v": 1, "kind": "answer", ...} -->. A reply from before the state is the bare
 # "<!-- oomdoctor-triage -->".
-MARKER = "<!-- oomdoctor-triage"
+MARKER = "<!-- oomdoctor-triage"  # the same string as oomdoctor.input.issue_body.TRIAGE_MARKER
 _STATE_RE = re.compile(r"<!-- oomdoctor-triage(?: (\{[^\n]*?\}))? -->")
 STATE_VERSION = 1
 DEFAULT_THRESHOLD = 0.7
