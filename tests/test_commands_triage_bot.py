@@ -100,6 +100,12 @@ def test_a_comment_without_evidence_changes_nothing(run_cli, tmp_path: Path, lat
     assert any("no new evidence" in note for note in done.notes)
 
 
+def test_a_comment_without_evidence_posts_no_first_reply(run_cli, tmp_path: Path) -> None:
+    gh = new_gh(comments=json.loads((EVENTS / "issue-8.comments.json").read_text()))  # the bot was not installed yet
+    reply, done = act(run_cli, tmp_path, gh, event("issue-comment-thanks.json"))
+    assert reply["kind"] == "answer" and done.calls == [] and bot_comments(gh) == []
+
+
 def test_the_event_alone_would_have_asked_for_the_log_already_posted(run_cli, tmp_path: Path) -> None:
     """Why the thread is read: the issue_comment payload carries only the body and "Any update?"."""
     alone = triage_reply(run_cli, tmp_path, event("issue-comment-no-evidence.json"), None)

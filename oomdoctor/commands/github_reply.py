@@ -174,6 +174,9 @@ def post(
                 old_state = reply_state(fresh.get("body"))
             else:
                 current = None  # deleted meanwhile: post it anew
+        if current is None and reply.get("comment_evidence") is False and not mine:
+            out.notes.append("no reply: the new comment brings no evidence (an issue's first reply comes with its evidence)")
+            return out
         if current is None:
             created = write(["issue", "comment", str(number), "--repo", repo, "--body-file", body_file])
             if not dry_run:
