@@ -209,6 +209,20 @@ def test_labels_follow_the_reply_and_missing_ones_are_created(run_cli, tmp_path:
     assert next(c for c in done.calls if c[0] == "label")[:3] == ["label", "create", "oom:startup_kv"]
 
 
+def test_a_first_reply_leaves_a_maintainers_labels_and_an_older_reply_loses_its_stale_ones(tmp_path: Path) -> None:
+    answer = _state_reply("answer", 0.9, "startup_kv", "b", ["oom:startup_kv"])
+    gh = new_gh(repo_labels=["oom:needs-log", "oom:startup_kv"], issue_labels=["oom:needs-log"])
+    ev = event("issues-opened.json")
+    ev["issue"]["labels"] = [{"name": "oom:needs-log"}]
+    github_reply.post(answer, "octo/engine", 7, gh, login=BOT, event=ev, apply_labels=True)
+    assert gh.issue_labels == ["oom:needs-log", "oom:startup_kv"]  # set by a maintainer, not by the bot
+    legacy = "<!-- oomdoctor-triage -->\n**oomdoctor**: an older reply"
+    gh = new_gh(comments=[{"id": 1, "body": legacy, "user": {"login": BOT}}], repo_labels=["oom:needs-log", "oom:startup_kv"], issue_labels=["oom:needs-log", "bug"])
+    ev["issue"]["labels"] = [{"name": "oom:needs-log"}, {"name": "bug"}]
+    github_reply.post(answer, "octo/engine", 7, gh, login=BOT, event=ev, apply_labels=True)
+    assert gh.issue_labels == ["bug", "oom:startup_kv"] and gh.comments[0]["body"] == answer["reply"]
+
+
 def test_a_label_that_cannot_be_created_is_skipped_with_a_note(run_cli, tmp_path: Path) -> None:
     gh = new_gh(can_create_labels=False)
     _, done = act(run_cli, tmp_path, gh, event("issues-opened.json"))

@@ -245,8 +245,12 @@ def _sync_labels(
     wanted = [str(x) for x in reply.get("labels") or []]
     issue = (event or {}).get("issue") or {}
     on_issue = {str(lb.get("name")) for lb in issue.get("labels") or [] if isinstance(lb, dict)}
-    # A reply from before the state: any of the bot's label names.
-    ours = {str(x) for x in old_state["labels"]} if old_state and isinstance(old_state.get("labels"), list) else _bot_label_names(prefix)
+    if old_state is None:
+        ours: set[str] = set()  # no earlier reply: a maintainer's oom:* labels are theirs
+    elif isinstance(old_state.get("labels"), list):
+        ours = {str(x) for x in old_state["labels"]}
+    else:
+        ours = _bot_label_names(prefix)  # a reply from before the state: any of the bot's label names
     stale = sorted((ours & on_issue if event is not None else ours) - set(wanted))
     if stale:
         write(["issue", "edit", str(number), "--repo", repo, "--remove-label", ",".join(stale)])
