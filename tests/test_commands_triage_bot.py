@@ -260,6 +260,14 @@ def test_two_events_at_once_leave_one_reply(run_cli, tmp_path: Path) -> None:
     assert [c["id"] for c in bot_comments(gh)] == [kept["id"]]
 
 
+def test_a_duplicate_another_run_deleted_first_is_no_error(tmp_path: Path) -> None:
+    answer = _state_reply("answer", 0.9, "startup_kv", "a", [])
+    gh = new_gh(comments=[{"id": 1, "body": answer["reply"], "user": {"login": BOT}}, {"id": 2, "body": answer["reply"], "user": {"login": BOT}}])
+    gh.on_list = lambda g: g.comments.pop()  # the other run removes the duplicate right after our read
+    done = github_reply.post(answer, "octo/engine", 7, gh, login=BOT, event=event("issues-edited.json"))
+    assert ["api", "-X", "DELETE", "repos/octo/engine/issues/comments/2"] in done.calls and [c["id"] for c in gh.comments] == [1]
+
+
 def test_the_reply_is_read_again_right_before_an_edit(tmp_path: Path) -> None:
     old = _state_reply("ask", 0.3, "unknown_oom", "aaa", ["oom:needs-log"])
     gh = new_gh(comments=[{"id": 1, "body": old["reply"], "user": {"login": BOT}}])

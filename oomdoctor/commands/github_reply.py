@@ -152,7 +152,14 @@ def post(
 
     def write(call: list[str]) -> str:
         out.calls.append(call)
-        return "" if dry_run else run(call)
+        if dry_run:
+            return ""
+        try:
+            return run(call)
+        except RuntimeError as exc:
+            if call[:3] == ["api", "-X", "DELETE"] and ("404" in str(exc) or "Not Found" in str(exc)):
+                return ""  # another run deleted it first
+            raise
 
     with tempfile.NamedTemporaryFile("w", suffix=".md", delete=False, encoding="utf-8") as fh:
         fh.write(reply["reply"])
