@@ -582,7 +582,7 @@ def _footer(view: dict[str, Any]) -> str:
 def _cap(text: str) -> str:
     if len(text) <= REPLY_LIMIT:
         return text
-    return text[: REPLY_LIMIT - 200] + "\n\n… (cut: the full report is `oomdoctor diagnose --format markdown` on the log)"
+    return text[: REPLY_LIMIT - 200] + "\n\n… (cut to stay under GitHub's comment limit)"
 
 
 # --- a maintainer's view over many reports ------------------------------------------------------------
