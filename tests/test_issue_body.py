@@ -62,6 +62,16 @@ def test_an_issue_export_with_comments_is_one_incident(run_cli, tmp_path) -> Non
     assert issue_body.is_issue_json(json.dumps(export)) and not issue_body.is_issue_json('{"memory_stats": {}}')
 
 
+def test_oomdoctors_own_triage_reply_in_an_export_is_not_evidence() -> None:
+    from oomdoctor.commands import triage
+
+    assert issue_body.TRIAGE_MARKER == triage.MARKER
+    reply = triage.MARKER + ' {"v":1} -->\n**oomdoctor**: change\n\n```bash\n--mem-fraction-static 0.99 --tp 8\n```\n'
+    export = {"number": 1, "title": "OOM", "body": "It fails.", "comments": [{"body": reply}, {"body": "Thanks"}]}
+    text = issue_body.thread_markdown(export)
+    assert text is not None and "0.99" not in text and "Thanks" in text
+
+
 def test_a_plain_log_is_not_taken_for_an_issue() -> None:
     text = (FIXTURES / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log").read_text()
     assert not issue_body.looks_like_issue(text)

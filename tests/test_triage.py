@@ -22,23 +22,7 @@ BODY = FIXTURES / "issue-body" / "startup_kv_details_flags_in_prose.md"
 SECRET = "hf_" + "Zq9" * 12  # a Hugging Face token form the redaction knows
 UPDATE = os.environ.get("OOMDOCTOR_UPDATE_SNAPSHOTS") == "1"
 
-FAKE_GH = textwrap.dedent(
-    """\
-    #!/usr/bin/env python3
-    import json, os, sys
-    args = sys.argv[1:]
-    rec = {"args": args}
-    for i, a in enumerate(args):
-        if a == "--body-file":
-            rec["body"] = open(args[i + 1]).read()
-        if a.startswith("body=@"):
-            rec["body"] = open(a[6:]).read()
-    with open(os.environ["FAKE_GH_LOG"], "a") as fh:
-        fh.write(json.dumps(rec) + "\\n")
-    if args[:1] == ["api"] and "--jq" in args:
-        print(os.environ.get("FAKE_GH_EXISTING", ""))
-    """
-)
+FAKE_GH = Path(__file__).resolve().parent / "fake_github.py"  # a stateful fake GitHub behind `gh`
 
 
 def _event(action: str, body: str, title: str = "OOM at startup", kind: str = "issues") -> dict:
@@ -57,16 +41,22 @@ def _action_steps() -> list[str]:
     return [textwrap.dedent(b) for b in blocks]
 
 
-def _run_action(tmp_path: Path, event: dict, existing: str = "", dry_run: bool = False) -> list[dict]:
+def _run_action(tmp_path: Path, event: dict, dry_run: bool = False, user: str | None = "oomdoctor-bot") -> list[dict]:
+    """Run action.yml's scripts against the fake GitHub; its state (comments, labels) lasts for the test."""
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     gh = bindir / "gh"
-    gh.write_text(FAKE_GH)
+    gh.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_GH}" "$@"\n')
     gh.chmod(0o755)
     (bindir / "python3").symlink_to(sys.executable) if not (bindir / "python3").exists() else None
+    state = tmp_path / "gh-state.json"
+    if not state.exists():
+        state.write_text(json.dumps({"user": user}))
     log = tmp_path / "gh.log"
     log.write_text("")
     event_path = tmp_path / "event.json"
+    event = json.loads(json.dumps(event))
+    event["issue"]["labels"] = [{"name": n} for n in json.loads(state.read_text()).get("issue_labels", [])]
     event_path.write_text(json.dumps(event))
     out = tmp_path / "github_output"
     out.write_text("")
@@ -81,13 +71,19 @@ def _run_action(tmp_path: Path, event: dict, existing: str = "", dry_run: bool =
         "GH_TOKEN": "ghs_" + "x" * 36,
         "DRY_RUN": "true" if dry_run else "false",
         "APPLY_LABELS": "true",
+        "CREATE_LABELS": "true",
+        "BOT_LOGIN": "",
         "FAKE_GH_LOG": str(log),
-        "FAKE_GH_EXISTING": existing,
+        "FAKE_GH_STATE": str(state),
     }
     for script in _action_steps():
         subprocess.run(["bash", "-c", script], env=env, check=True, capture_output=True, text=True, timeout=120)
     assert out.read_text().startswith("kind=")
     return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def _state(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "gh-state.json").read_text())
 
 
 def _log_body(secret: str = "") -> str:
@@ -103,14 +99,28 @@ def test_action_creates_one_reply_on_opened_and_edits_it_on_edited(tmp_path: Pat
     assert "--mem-fraction-static 0.85" in created[0]["body"]
     labels = [c for c in calls if c["args"][:2] == ["issue", "edit"]]
     assert labels and labels[0]["args"][-1] == "oom:startup_kv"
+    assert ["api", "user", "--jq", ".login"] in [c["args"] for c in calls]
     # No secret from the body in any call or in the reply; the reply's text never on a command line.
     assert all(SECRET not in json.dumps(c) for c in calls)
     assert all("this looks like" not in " ".join(c["args"]) for c in calls)
+    (reply,) = _state(tmp_path)["comments"]
 
-    edited = _run_action(tmp_path, _event("edited", _log_body(SECRET)), existing="12345")
+    # An edit that changes only prose changes nothing; one that changes the log edits the same comment.
+    same = _run_action(tmp_path, _event("edited", _log_body(SECRET) + "\nEdited: typo.\n"))
+    assert not [c for c in same if c["args"][:2] == ["issue", "comment"] or c["args"][:2] == ["api", "-X"]]
+    edited = _run_action(tmp_path, _event("edited", _log_body(SECRET).replace("mem usage=30.71 GB", "mem usage=30.70 GB")))
     patch = [c for c in edited if c["args"][:3] == ["api", "-X", "PATCH"]]
-    assert len(patch) == 1 and patch[0]["args"][3] == "repos/octo/engine/issues/comments/12345"
+    assert len(patch) == 1 and patch[0]["args"][3] == f"repos/octo/engine/issues/comments/{reply['id']}"
     assert not [c for c in edited if c["args"][:2] == ["issue", "comment"]]
+    assert [c["id"] for c in _state(tmp_path)["comments"]] == [reply["id"]]
+
+
+def test_action_never_edits_a_marker_comment_by_someone_else(tmp_path: Path) -> None:
+    (tmp_path / "gh-state.json").write_text(json.dumps({"user": None, "comments": [{"id": 55, "body": triage.MARKER + " -->\nnot a bug", "user": {"login": "mallory"}}]}))
+    calls = _run_action(tmp_path, _event("opened", _log_body()))
+    assert not [c for c in calls if c["args"][:2] == ["api", "-X"]]
+    comments = _state(tmp_path)["comments"]
+    assert comments[0]["body"].endswith("not a bug") and comments[1]["user"]["login"] == "github-actions[bot]"
 
 
 def test_action_stays_silent_on_a_non_oom_issue(tmp_path: Path) -> None:
@@ -126,7 +136,15 @@ def test_a_comment_adds_the_log_to_the_thread(tmp_path: Path) -> None:
 
 def test_dry_run_makes_no_write_calls(tmp_path: Path) -> None:
     calls = _run_action(tmp_path, _event("opened", _log_body()), dry_run=True)
-    assert all(c["args"][0] == "api" and "-X" not in c["args"] for c in calls)
+    assert calls and all(c["args"][0] == "api" and "-X" not in c["args"] for c in calls)
+    assert _state(tmp_path).get("comments", []) == []
+
+
+def test_action_ignores_a_pull_request_comment(tmp_path: Path) -> None:
+    event = _event("created", _log_body(), kind="issue_comment")
+    event["issue"]["pull_request"] = {"url": "https://api.github.com/repos/octo/engine/pulls/7"}
+    calls = _run_action(tmp_path, event)
+    assert calls == []
 
 
 def _issue_json(stem: Path) -> str:
@@ -143,7 +161,9 @@ def test_reply_snapshots_of_real_issue_bodies(run_cli, tmp_path: Path, stem: Pat
     got = res.json
     # The reply renders on GitHub's subset: no raw HTML outside <details>, <summary> and <sub>; short enough.
     assert len(got["reply"]) < 65_536
-    assert not re.findall(r"<(?!/?(?:details|summary|sub)\b|!-- oomdoctor-triage -->)[a-zA-Z/!]", got["reply"])
+    assert not re.findall(r"<(?!/?(?:details|summary|sub)\b)[a-zA-Z/!]", got["reply"].partition("\n")[2])
+    if got["reply"]:
+        assert triage.reply_state(got["reply"].partition("\n")[0]) == got["state"]
     snap = stem.with_suffix(".reply.json")
     text = json.dumps({k: got[k] for k in ("kind", "class", "labels", "reply")}, indent=2, sort_keys=True) + "\n"
     text = text.replace(f"oomdoctor {got['reply'].split('oomdoctor ')[-1].split(':')[0]}:", "oomdoctor <version>:") if got["reply"] else text

@@ -302,7 +302,13 @@ def run_cmd(out_dir: str, interval_ms: int, no_redact: bool, keep_mb: float, tex
 @click.option("--label-prefix", default="oom:", show_default=True, help="Prefix of the suggested labels (e.g. oom:startup_kv, oom:needs-log).")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True, help="The reply as markdown (nothing when silent), or JSON with its kind and labels.")
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False), help="A JSONL export of many issues (one issue object a line): print classes, answerable counts and the evidence most often missing.")
-def triage(source: str | None, event_path: str | None, threshold: float, label_prefix: str, fmt: str, summary_path: str | None) -> None:
+@click.option(
+    "--comments",
+    "comments_path",
+    type=click.Path(dir_okay=False),
+    help="The issue's comments as JSON (gh api repos/OWNER/REPO/issues/N/comments --paginate): the reply is computed from the whole thread, not only the event's body and new comment.",
+)
+def triage(source: str | None, event_path: str | None, threshold: float, label_prefix: str, fmt: str, summary_path: str | None, comments_path: str | None) -> None:
     from oomdoctor.commands import triage as tri
 
     if summary_path:
@@ -311,7 +317,8 @@ def triage(source: str | None, event_path: str | None, threshold: float, label_p
         return
     if (source is None) == (event_path is None):
         raise UsageError("give exactly one of SOURCE or --event PATH")
-    issue = _read_issue(event_path or source or "-")
+    comments = _read_comments(comments_path) if comments_path else None
+    issue = _read_issue(event_path or source or "-", comments)
     reply = _triage_one(issue, threshold, label_prefix)
     if fmt == "json":
         click.echo(_safe_output("json", tri.reply_json(reply)), nl=False)
@@ -319,7 +326,19 @@ def triage(source: str | None, event_path: str | None, threshold: float, label_p
         click.echo(escape_controls(reply.body))
 
 
-def _read_issue(path: str):
+def _read_comments(path: str) -> list:
+    from oomdoctor.commands import triage as tri
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return tri.comments_from_json(tri.load_json_stream(fh.read()))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{path}: not the issue's comments ({exc})") from None
+
+
+def _read_issue(path: str, comments: list | None = None):
     import json
 
     from oomdoctor.commands import triage as tri
@@ -331,7 +350,7 @@ def _read_issue(path: str):
     text = raw.decode("utf-8", "replace")
     if text.lstrip()[:1] in ("{", "["):
         try:
-            return tri.issue_from_json(json.loads(text))
+            return tri.issue_from_json(json.loads(text), comments)
         except (ValueError, RecursionError) as exc:
             raise InputError(f"{path}: {exc}") from None
     return tri.Issue(title="", markdown=text)
@@ -357,6 +376,17 @@ def _issues_from_jsonl(path: str) -> list:
 
 
 def _triage_one(issue, threshold: float, label_prefix: str):
+    from oomdoctor.commands import triage as tri
+
+    why = tri.ignored(issue)
+    if why:
+        return tri.Reply("silent", ignored=why)
+    reply = _triage_thread(issue, threshold, label_prefix)
+    reply.comment_evidence = tri.comment_has_evidence(issue.comment) if issue.comment is not None else None
+    return reply
+
+
+def _triage_thread(issue, threshold: float, label_prefix: str):
     import os
     import tempfile
 
@@ -374,9 +404,17 @@ def _triage_one(issue, threshold: float, label_prefix: str):
         except _InputError:
             return tri.Reply("silent")
         view = build_view(result, redact=True)
-    from oomdoctor.input.issue_body import claims_oom
+    from oomdoctor.input.issue_body import claims_oom, log_lines
 
-    return tri.decide(view, threshold=threshold, label_prefix=label_prefix, claims_oom=claims_oom(f"{issue.title}\n{issue.markdown}"))
+    text = tri.issue_text(issue)
+    return tri.decide(
+        view,
+        threshold=threshold,
+        label_prefix=label_prefix,
+        claims_oom=claims_oom(f"{issue.title}\n{issue.markdown}"),
+        log_text="\n".join(log_lines(text)),
+        evidence=tri.evidence_key(issue),
+    )
 
 
 @cli.group(help="List, explain and check the rule catalogue.")

@@ -62,16 +62,22 @@ def _is_prose(line: str) -> bool:
 
 
 # --- an issue's JSON export ------------------------------------------------------------------------
+# The first line of oomdoctor's own triage reply (oomdoctor.commands.triage.MARKER): its flags are
+# oomdoctor's advice, not the reporter's evidence.
+TRIAGE_MARKER = "<!-- oomdoctor-triage"
+
+
 def thread_markdown(data: Any) -> str | None:
     """The markdown of an issue and its comments, oldest first, from a GitHub REST export or event payload.
 
     Accepts an issue object ({"title", "body", "comments": [...]}) with optional embedded comments, a
-    webhook payload ({"issue": {...}, "comment": {...}}), or a list of issue/comment objects.
+    webhook payload ({"issue": {...}, "comment": {...}}), or a list of issue/comment objects. Comments
+    that carry oomdoctor's triage marker are left out.
     """
     parts: list[str] = []
 
     def add(obj: Any) -> None:
-        if isinstance(obj, dict) and isinstance(obj.get("body"), str):
+        if isinstance(obj, dict) and isinstance(obj.get("body"), str) and (not parts or TRIAGE_MARKER not in obj["body"]):
             parts.append(obj["body"])
 
     if isinstance(data, dict) and isinstance(data.get("issue"), dict):

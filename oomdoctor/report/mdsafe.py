@@ -41,3 +41,52 @@ def escape_markdown_html(text: object) -> str:
     """
     s = _INVISIBLE.sub("", str(text))
     return "".join(_ENTITIES.get(ch, ch) for ch in s)
+
+
+# Tokens GitHub turns into something live in prose: a mention notifies a user or team, a reference
+# cross-links (and back-links from) another issue, a URL or e-mail becomes a link. In a code span they
+# are inert text, so each is written as one; everything around them is escaped as in a cell.
+_LIVE_TOKEN = re.compile(
+    r"(?:https?|ftp|file)://\S+|\bwww\.\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
+    r"|(?<!\w)@[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?"
+    r"|(?:\b[\w.-]+/[\w.-]+)?#\d+\b|\bGH-\d+\b",
+    re.I,
+)
+
+
+def code_span(text: object, in_table: bool = False) -> str:
+    """``text`` as one inline code span it cannot close: a backtick run longer than any inside it.
+
+    ``in_table``: the span sits in a table cell, where GFM splits on ``|`` even inside code (``\\|`` is kept).
+    """
+    s = _INVISIBLE.sub("", _BREAKS.sub(" ", str(text)))
+    if in_table:
+        s = s.replace("|", "\\|")
+    longest = max((len(m) for m in re.findall(r"`+", s)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if s.startswith(("`", " ")) or s.endswith(("`", " ")) or not s.strip() else ""
+    return f"{ticks}{pad}{s}{pad}{ticks}"
+
+
+def code_fence(body: str, lang: str = "text") -> str:
+    """``body`` as a fenced block it cannot close: a fence longer than any backtick run inside it."""
+    longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return f"{ticks}{lang}\n{body}\n{ticks}"
+
+
+def escape_markdown_prose(text: object, in_table: bool = False) -> str:
+    """Text from a log (or a sentence quoting it) written into Markdown prose, rendering as itself.
+
+    No HTML, no Markdown syntax (emphasis, links, images, headings), no line break; and no live
+    ``@mention``, ``#123`` cross-link, URL or e-mail link: those are written as code spans.
+    """
+    s = _INVISIBLE.sub("", _BREAKS.sub(" ", str(text)))
+    out: list[str] = []
+    pos = 0
+    for m in _LIVE_TOKEN.finditer(s):
+        out.append(escape_markdown_cell(s[pos : m.start()]))
+        out.append(code_span(m.group(0), in_table=in_table))
+        pos = m.end()
+    out.append(escape_markdown_cell(s[pos:]))
+    return "".join(out)

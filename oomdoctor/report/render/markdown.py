@@ -6,36 +6,32 @@ out when it has to cut.
 
 from __future__ import annotations
 
-import re
-
 from oomdoctor.base.units import format_bytes
-from oomdoctor.report.mdsafe import escape_markdown_cell, escape_markdown_html
+from oomdoctor.report.mdsafe import code_fence, code_span, escape_markdown_html, escape_markdown_prose
 from oomdoctor.report.render.text import fmt, recommendation_head, step_line
 
 LIMIT = 60_000
 
 
 def _cell(text: object) -> str:
-    return escape_markdown_cell(text)
+    return escape_markdown_prose(text, in_table=True)
 
 
 def _fence(body: str, lang: str = "text") -> str:
-    longest = max((len(m) for m in re.findall(r"`+", body)), default=0)
-    ticks = "`" * max(3, longest + 1)
-    return f"{ticks}{lang}\n{body}\n{ticks}"
+    return code_fence(body, lang)
 
 
 def _head(view: dict) -> list[str]:
     v = view["verdict"]
-    out = [f"## oomdoctor: `{v['class']}` (confidence {v['confidence']:.2f})", "", escape_markdown_html(v["summary"]), ""]
+    out = [f"## oomdoctor: `{v['class']}` (confidence {v['confidence']:.2f})", "", escape_markdown_prose(v["summary"]), ""]
     report = view.get("report", {})
     if report.get("flags"):
         title = "### Run first" if report.get("flags_are_commands") else "### Change (one consistent set)"
         out += [title, "", _fence(report["flags"], "bash"), ""]
     if report.get("alternatives"):
-        out += ["Or, instead of that:", ""] + [f"- {_code(a['paste'], in_table=False)}" + (f" (cost: {_cell(a['cost'])})" if a["cost"] else "") for a in report["alternatives"]] + [""]
+        out += ["Or, instead of that:", ""] + [f"- {_code(a['paste'], in_table=False)}" + (f" (cost: {escape_markdown_prose(a['cost'])})" if a["cost"] else "") for a in report["alternatives"]] + [""]
     if report.get("not_workable"):
-        out += ["Not workable on this budget:", ""] + [f"- {_code(a['paste'] or a['flag'], in_table=False)}: {_cell(a['why'])}" for a in report["not_workable"]] + [""]
+        out += ["Not workable on this budget:", ""] + [f"- {_code(a['paste'] or a['flag'], in_table=False)}: {escape_markdown_prose(a['why'])}" for a in report["not_workable"]] + [""]
     recs = view["findings"][0]["recommendations"] if view["findings"] else []
     if recs:
         out += ["| change | role | cost | why |", "|---|---|---|---|"]
@@ -49,12 +45,7 @@ _ROLES = {"primary": "the set above", "alternative": "or", "not_workable": "not 
 
 def _code(text: str, in_table: bool = True) -> str:
     """Inline code that survives backticks (and, in a table cell, pipes) in the text."""
-    text = text.replace("\n", " ")
-    if in_table:
-        text = text.replace("|", "\\|")
-    ticks = "``" if "`" in text else "`"
-    pad = " " if ticks == "``" else ""
-    return f"{ticks}{pad}{text}{pad}{ticks}"
+    return code_span(text, in_table=in_table)
 
 
 def _gpus(view: dict) -> list[str]:
@@ -119,7 +110,7 @@ def _details(view: dict) -> list[list[str]]:
         block = [
             f"<details><summary>{escape_markdown_html(f['class'])} ({escape_markdown_html(f['rule'] or 'no rule')}): {len(lines)} log line(s)</summary>",
             "",
-            escape_markdown_html(f["message"]),
+            escape_markdown_prose(f["message"]),
             "",
         ]
         if lines:
@@ -137,8 +128,8 @@ def _footer(view: dict) -> list[str]:
     out: list[str] = []
     unchecked = view.get("report", {}).get("unchecked") or []
     if unchecked:
-        out += ["### Not checked", ""] + [f"- {escape_markdown_html(u['what'])}: {_code(u['command'], in_table=False)}" for u in unchecked] + [""]
-    inputs = ", ".join(f"`{i['path']}` ({i['lines']} lines{', truncated' if i['truncated'] else ''})" for i in view["inputs"])
+        out += ["### Not checked", ""] + [f"- {escape_markdown_prose(u['what'])}: {_code(u['command'], in_table=False)}" for u in unchecked] + [""]
+    inputs = ", ".join(f"{_code(i['path'], in_table=False)} ({i['lines']} lines{', truncated' if i['truncated'] else ''})" for i in view["inputs"])
     out.append(f"<sub>oomdoctor {view['tool']['version']} · inputs: {inputs}</sub>")
     return out
 
