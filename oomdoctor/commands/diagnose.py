@@ -52,7 +52,10 @@ def latest_run_quiet(path: str) -> str:
     from oomdoctor.commands.run import LATEST
 
     link = os.path.join(path, LATEST)
-    return link if os.path.isdir(path) and os.path.islink(link) and os.path.isdir(link) else path
+    if not (os.path.isdir(path) and os.path.islink(link) and os.path.isdir(link)):
+        return path
+    # Only a run inside OUT: a link that leads elsewhere is not followed.
+    return link if os.path.dirname(os.path.realpath(link)) == os.path.realpath(path) else path
 
 
 def latest_run(path: str) -> str:

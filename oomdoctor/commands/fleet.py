@@ -30,14 +30,19 @@ class Options:
     pii: bool = False
 
 
-def incidents(paths: Sequence[str]) -> list[str]:
-    """One entry per incident: a file, a bundle or run directory, or each visible entry of any other directory.
+def entries(paths: Sequence[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The incidents under ``paths`` and a row for each entry of a directory that is not read.
 
-    A PATH that is not there is kept, so its reason is listed with the others.
+    An incident is a file, a bundle or run directory, or each visible entry of any other directory.
+    An entry that is not a regular file or a directory (a FIFO, a socket, a device), a broken link
+    and a link that leads out of its directory are never opened: each gets a ``skipped`` row with
+    the reason. A PATH that is not there is kept, so its reason is listed with the others.
     """
+    from oomdoctor.input.files import entry_problem
     from oomdoctor.input.kinds import is_bundle_dir
 
     out: list[str] = []
+    skipped: list[dict[str, Any]] = []
     for path in paths:
         if not os.path.isdir(path) or is_bundle_dir(path) or os.path.islink(os.path.join(path, "latest")):
             out.append(path)
@@ -47,8 +52,27 @@ def incidents(paths: Sequence[str]) -> list[str]:
         except OSError:
             out.append(path)
             continue
-        out.extend(os.path.join(path, n) for n in names if not n.startswith("."))
-    return out
+        real_root = os.path.realpath(path)
+        for name in names:
+            if name.startswith("."):
+                continue
+            full = os.path.join(path, name)
+            problem = entry_problem(full, real_root, dirs=True)
+            if problem is None:
+                out.append(full)
+            else:
+                skipped.append(skipped_row(full, problem))
+    return out, skipped
+
+
+def incidents(paths: Sequence[str]) -> list[str]:
+    """One entry per incident (see ``entries``; what is skipped is left out)."""
+    return entries(paths)[0]
+
+
+def skipped_row(path: str, reason: str) -> dict[str, Any]:
+    """An entry that was not read (not a regular file, a link out of its directory), with its reason."""
+    return {"path": path, "skipped": True, "reason": _one_line(reason)}
 
 
 _RULES: dict[tuple[str, ...], list[Any]] = {}
@@ -103,8 +127,8 @@ def run(
     paths: Sequence[str], worker: Worker, options: Options, workers: int | None = None, progress: Callable[[int, int], None] | None = None
 ) -> list[dict[str, Any]]:
     """Run ``worker`` (a module-level function, so it pickles) on every incident under ``paths`` in a process pool of
-    ``workers`` (default: every core); the rows come back in input order."""
-    items = incidents(paths)
+    ``workers`` (default: every core); the rows come back in input order, then a row for each entry skipped."""
+    items, skipped = entries(paths)
     workers = max(1, workers or os.cpu_count() or 1)
     rows: list[dict[str, Any]] = []
     results: Iterator[dict[str, Any]]
@@ -114,19 +138,27 @@ def run(
             rows.append(r)
             if progress:
                 progress(len(rows), len(items))
-        return rows
+        return rows + skipped
     chunk = max(1, min(32, len(items) // (workers * 8)))
-    with ProcessPoolExecutor(max_workers=min(workers, len(items))) as pool:
+    # A worker keeps the default SIGTERM (the pool's own shutdown terminates it), whatever the parent installed.
+    with ProcessPoolExecutor(max_workers=min(workers, len(items)), initializer=_default_sigterm) as pool:
         for r in pool.map(worker, items, repeat(options), chunksize=chunk):
             rows.append(r)
             if progress:
                 progress(len(rows), len(items))
-    return rows
+    return rows + skipped
+
+
+def _default_sigterm() -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def aggregate(rows: Sequence[dict[str, Any]], top: int = 10) -> dict[str, Any]:
     """Counts of incidents by (class, system) and the most common fixes, most frequent first."""
-    ok = [r for r in rows if "error" not in r]
+    ok = [r for r in rows if "error" not in r and not r.get("skipped")]
+    skipped = sum(1 for r in rows if r.get("skipped"))
     by = Counter((r["class"], r["system"]) for r in ok)
     fixes = Counter(r["fix"] for r in ok if r.get("fix"))
     fix_classes: dict[str, Counter[str]] = {}
@@ -134,9 +166,10 @@ def aggregate(rows: Sequence[dict[str, Any]], top: int = 10) -> dict[str, Any]:
         if r.get("fix"):
             fix_classes.setdefault(r["fix"], Counter())[r["class"]] += 1
     return {
-        "incidents": len(rows),
+        "incidents": len(rows) - skipped,
         "diagnosed": len(ok),
-        "failed": len(rows) - len(ok),
+        "failed": len(rows) - skipped - len(ok),
+        "skipped": skipped,
         "by_class_system": [{"class": k, "system": s, "count": n} for (k, s), n in sorted(by.items(), key=lambda kv: (-kv[1], kv[0]))],
         "fixes": [{"fix": f, "count": n, "classes": sorted(fix_classes[f])} for f, n in sorted(fixes.items(), key=lambda kv: (-kv[1], kv[0]))[:top]],
     }
@@ -147,15 +180,17 @@ def to_json(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "kind": SUMMARY_KIND,
         "schema_version": 1,
-        "incidents": [r for r in rows if "error" not in r],
+        "incidents": [r for r in rows if "error" not in r and not r.get("skipped")],
         "failed": [r for r in rows if "error" in r],
+        "skipped": [{"path": r["path"], "reason": r["reason"]} for r in rows if r.get("skipped")],
         "aggregate": aggregate(rows),
     }
 
 
 def render_text(rows: Sequence[dict[str, Any]]) -> str:
     agg = aggregate(rows)
-    lines = [f"{agg['incidents']} incident(s): {agg['diagnosed']} diagnosed, {agg['failed']} could not be read", ""]
+    skipped_text = f", {agg['skipped']} skipped" if agg["skipped"] else ""
+    lines = [f"{agg['incidents']} incident(s): {agg['diagnosed']} diagnosed, {agg['failed']} could not be read{skipped_text}", ""]
     if agg["by_class_system"]:
         width = max(len("class"), *(len(e["class"]) for e in agg["by_class_system"]))
         swidth = max(len("system"), *(len(e["system"]) for e in agg["by_class_system"]))
@@ -170,5 +205,10 @@ def render_text(rows: Sequence[dict[str, Any]]) -> str:
     if failed:
         lines.append("could not be diagnosed:")
         lines.extend(f"  {r['path']}: {r['error']}" for r in failed)
+        lines.append("")
+    skipped = [r for r in rows if r.get("skipped")]
+    if skipped:
+        lines.append("skipped (not read):")
+        lines.extend(f"  {r['path']}: {r['reason']}" for r in skipped)
         lines.append("")
     return "\n".join(lines)

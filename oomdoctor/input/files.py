@@ -178,6 +178,42 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _file_type(mode: int) -> str:
+    """What a non-regular file is, in words ("a FIFO")."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+def entry_problem(path: str, real_root: str, dirs: bool = False) -> str | None:
+    """Why an entry found inside a directory (``real_root``: its realpath) must not be read; None when it may be.
+
+    A symlink that leads out of the directory, a broken one, and anything that is not a regular file
+    (a FIFO would block the read forever, a link to /dev/zero never ends) are refused without opening
+    them; with ``dirs`` a directory inside is accepted too.
+    """
+    try:
+        is_link = stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError as exc:
+        return f"cannot access ({exc.strerror or exc})"
+    if is_link:
+        target = os.path.realpath(path)
+        if not _inside(target, real_root):
+            return f"symlink leads out of the directory (to {target})"
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "broken symlink" if is_link else "no such file"
+    except OSError as exc:
+        return f"cannot access ({exc.strerror or exc})"
+    if stat.S_ISREG(mode) or (dirs and stat.S_ISDIR(mode)):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return f"not a regular file ({_file_type(mode)})"
+
+
 def _walk_logs(root: str) -> tuple[list[str], list[InputStats]]:
     """The log files under ``root`` in reading order, and an entry for each file left out."""
 
@@ -202,28 +238,17 @@ def _walk_logs(root: str) -> tuple[list[str], list[InputStats]]:
         files: list[tuple[str, str]] = []
         for name in filenames:
             full = os.path.join(dirpath, name)
-            if os.path.islink(full):
-                target = os.path.realpath(full)
-                if not os.path.exists(full):
-                    skip(full, "broken symlink")
-                    continue
-                if not _inside(target, real_root):
-                    skip(full, f"symlink leads out of the directory (to {target})")
-                    continue
+            # Never opened: a link out of the directory, a FIFO (the read would block), a device.
+            problem = entry_problem(full, real_root)
+            if problem is not None:
+                skip(full, problem)
+                continue
             files.append((name, full))
         # Real files first, so that a link to a file read anyway is dropped rather than the file.
         real_files = {os.path.realpath(full) for _, full in files if not os.path.islink(full)}
         for name, full in sorted(files, key=lambda nf: rotation_key(nf[0])):
             real = os.path.realpath(full)
             if os.path.islink(full) and real in real_files:
-                continue
-            try:
-                mode = os.stat(full).st_mode
-            except OSError as exc:
-                skip(full, f"cannot access ({exc.strerror or exc})")
-                continue
-            if not stat.S_ISREG(mode):
-                skip(full, "not a regular file")
                 continue
             if not _is_log_name(name) and not is_monitoring_json(full):
                 if not (name.startswith(OWN_HIDDEN_PREFIX) or (bundle and (is_evidence_file(full) or name in _BUNDLE_OWN))):
