@@ -206,7 +206,8 @@ def entry_problem(path: str, real_root: str, dirs: bool = False) -> str | None:
     except FileNotFoundError:
         return "broken symlink" if is_link else "no such file"
     except OSError as exc:
-        return f"cannot access ({exc.strerror or exc})"
+        reason = exc.strerror or str(exc)
+        return f"broken symlink ({reason})" if is_link else f"cannot access ({reason})"
     if stat.S_ISREG(mode) or (dirs and stat.S_ISDIR(mode)):
         return None
     if stat.S_ISDIR(mode):
@@ -389,7 +390,8 @@ def _looks_binary(sample: bytes) -> bool | None:
 def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:
     """Yield byte chunks that each hold whole lines ending in b"\\n" (the last may be completed).
 
-    Lines over MAX_LINE_BYTES are cut to that length and the rest of them is dropped.
+    NUL bytes are dropped first (they are never line content); lines over MAX_LINE_BYTES are then cut
+    to that length and the rest of them is dropped.
     """
     raw = _open_raw(path)
     try:
@@ -405,6 +407,12 @@ def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:
                     checked = True
                     if verdict:
                         raise InputError(f"{stats.path}: looks like a binary file, not a text log")
+            # NULs go before a line is measured: a NUL run (copytruncate rotation under `nohup server > log`
+            # leaves megabytes of them) is not line content and must not push the next line over the cap.
+            if b"\x00" in block:
+                block = block.replace(b"\x00", b"")
+                if not block:
+                    continue
             if skipping:
                 nl = block.find(b"\n")
                 if nl < 0:
@@ -417,14 +425,12 @@ def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:
                 carry = buf
             else:
                 out, carry = buf[: last_nl + 1], buf[last_nl + 1 :]
-                if b"\x00" in out:
-                    out = out.replace(b"\x00", b"")
                 if out:
                     yield out
             if len(carry) > MAX_LINE_BYTES:
                 stats.long_lines += 1
                 stats.warn(f"lines longer than {MAX_LINE_BYTES >> 20} MiB were cut to that length")
-                yield carry[:MAX_LINE_BYTES].replace(b"\x00", b"") + b"\n"
+                yield carry[:MAX_LINE_BYTES] + b"\n"
                 carry = b""
                 skipping = True
         if not seen_data:
@@ -433,7 +439,7 @@ def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:
             raise InputError(f"{stats.path}: empty input (0 bytes)")
         if carry:
             # A log still being written ends mid-line; keep that partial line.
-            yield carry.replace(b"\x00", b"") + b"\n"
+            yield carry + b"\n"
     except OSError as exc:
         raise InputError(f"{stats.path}: read failed ({exc.strerror or exc})") from None
     finally:
