@@ -50,3 +50,99 @@ def test_nuls_inside_a_long_line_do_not_count_towards_its_cap(tmp_path: Path) ->
     text = b"x" * 1000
     log.write_bytes(b"\x00" * (MAX_LINE_BYTES + 10) + text + b"\x00" * (MAX_LINE_BYTES + 10) + b"\nnext\n")
     assert _lines(log) == [text, b"next"]
+
+
+# --- item 4: damaged and unsupported compressed inputs are said to be so -------------------------
+
+
+def _json(res: subprocess.CompletedProcess) -> dict:
+    return json.loads(res.stdout)
+
+
+def test_gzip_cut_before_the_failure_is_inconclusive_not_none(tmp_path: Path) -> None:
+    data = gzip.compress(LOG.read_bytes())
+    cut = tmp_path / "server.log.gz"
+    cut.write_bytes(data[: len(data) * 6 // 10])  # the stream stops before the exception line
+    res = _diagnose(str(cut), "--format", "json")
+    assert res.returncode == 4, res.stderr  # inconclusive, not "no OOM evidence" (0)
+    doc = _json(res)
+    assert doc["verdict"]["evidence"] == "incomplete"
+    (entry,) = doc["inputs"]
+    assert entry["truncated"] is True and "damaged" not in entry  # cut short, not corrupt
+    assert any("truncated" in w for w in entry["warnings"])
+    assert b"gzip stream ends early" in res.stderr
+
+
+def test_gzip_damaged_in_the_middle_keeps_what_came_before(tmp_path: Path) -> None:
+    text = LOG.read_bytes()
+    data = bytearray(gzip.compress(text))
+    data[len(data) // 2] ^= 0xFF
+    bad = tmp_path / "server.log.gz"
+    bad.write_bytes(bytes(data))
+    res = _diagnose(str(bad), "--format", "json")
+    assert res.returncode in (3, 4), res.stderr  # a diagnosis of what was read, not exit 5 "no text"
+    doc = _json(res)
+    (entry,) = doc["inputs"]
+    assert entry.get("damaged") is True and entry["truncated"] is True and entry["lines"] >= 2
+    assert b"gzip stream is damaged" in res.stderr
+    lines = _lines(bad)
+    read = b"\n".join(lines[:-1])
+    assert len(read) > 100 and text.startswith(read)  # the text before the damage is read, and nothing else
+    assert lines[-1].startswith(b"[... oomdoctor: the gzip stream is damaged here")
+
+
+def test_gzip_with_a_bad_checksum_is_damaged(tmp_path: Path) -> None:
+    data = bytearray(gzip.compress(LOG.read_bytes()))
+    data[-8] ^= 0xFF  # the CRC32 in the trailer
+    bad = tmp_path / "server.log.gz"
+    bad.write_bytes(bytes(data))
+    stats = InputStats(path=str(bad))
+    lines = b"".join(iter_line_chunks(str(bad), stats)).splitlines()
+    assert stats.damaged and stats.truncated
+    assert lines[: len(LOG.read_bytes().splitlines())] == LOG.read_bytes().splitlines()
+
+
+def test_intact_gzip_is_not_marked(tmp_path: Path) -> None:
+    good = tmp_path / "server.log.gz"
+    good.write_bytes(gzip.compress(LOG.read_bytes()))
+    stats = InputStats(path=str(good))
+    assert b"".join(iter_line_chunks(str(good), stats)) == LOG.read_bytes()
+    assert not stats.truncated and not stats.damaged and stats.warnings == []
+
+
+# Frames of formats oomdoctor does not decompress: each is one clear error naming the format, never
+# its bytes read as a text log (an lz4 frame of a log is mostly literal text and used to pass as one).
+LZ4_FRAME = bytes.fromhex("04224d186440a7") + LOG.read_bytes()[:200]
+LZ4_LEGACY = bytes.fromhex("02214c18") + b"\xba\x05\x00\x00" + LOG.read_bytes()[:200]
+ZSTD_SKIPPABLE = bytes.fromhex("502a4d18") + (4).to_bytes(4, "little") + b"seek" + bytes.fromhex("28b52ffd") + LOG.read_bytes()[:200]
+
+
+def test_lz4_and_zstd_are_named_not_read_as_text(tmp_path: Path) -> None:
+    for name, data, fmt in (("a.log.lz4", LZ4_FRAME, "lz4"), ("b.log", LZ4_LEGACY, "lz4"), ("c.log.zst", ZSTD_SKIPPABLE, "zstd")):
+        p = tmp_path / name
+        p.write_bytes(data)
+        res = _diagnose(str(p))
+        assert res.returncode == 5, (name, res.stdout)
+        err = res.stderr.decode()
+        assert f"{fmt} input is not supported" in err and err.count("\n") == 1, err
+        assert "VERDICT" not in res.stdout.decode()
+
+
+def test_brotli_by_name_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "server.log.br"
+    p.write_bytes(bytes(range(256)) * 4)
+    res = _diagnose(str(p))
+    assert res.returncode == 5 and b"brotli input is not supported" in res.stderr
+
+
+def test_directory_lists_zstd_and_lz4_as_skipped_with_the_format(tmp_path: Path) -> None:
+    from oomdoctor.input.files import expand_paths
+
+    (tmp_path / "server.log").write_bytes(LOG.read_bytes())
+    (tmp_path / "server.log.1.zst").write_bytes(ZSTD_SKIPPABLE)
+    (tmp_path / "server.log.2.lz4").write_bytes(LZ4_FRAME)
+    found, skipped = expand_paths([str(tmp_path)])
+    assert found == [str(tmp_path / "server.log")]
+    reasons = {Path(s.path).name: s.warnings[0] for s in skipped}
+    assert "zstd" in reasons["server.log.1.zst"] and "not supported" in reasons["server.log.1.zst"]
+    assert "lz4" in reasons["server.log.2.lz4"]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.evidence import Event, LineRef
+from oomdoctor.input.files import STREAM_CUT_PREFIX
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -81,6 +82,9 @@ def assess(
         return Completeness("incomplete", f"the engine reported a failure at line {header.ref.line} and the input stops before its cause", header.ref, record_open=True)
     if cuts and not oom_decided:
         c = cuts[-1]
+        if str(c.get("text")).startswith(STREAM_CUT_PREFIX):
+            # The input layer's own marker (oomdoctor/input/files.py): a compressed stream stops there.
+            return Completeness("incomplete", f"the input is cut at line {c.ref.line}: its compressed stream is truncated or damaged there", c.ref)
         return Completeness("incomplete", f"the paste was cut at line {c.ref.line} ('{c.get('text')}')", c.ref)
     if total_lines == 0 and any(e.get("source") == "capture_observer" for e in events):
         return Completeness("fragment", "the capture hook's record of the OOM alone: no input holds the message, the traceback or the server's log")

@@ -12,14 +12,14 @@ import re
 import stat
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from oomdoctor.base.errors import InputError
 from oomdoctor.input.kinds import MONITORING_SUFFIXES, is_bundle_dir, is_evidence_file
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
-    from typing import BinaryIO, Protocol
+    from typing import Any, BinaryIO, Protocol
 
     # Only annotations name it: typing (Protocol) stays off the start-up path.
     class _Decompressor(Protocol):
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
         @property
         def unused_data(self) -> bytes: ...
+
+        @property
+        def eof(self) -> bool: ...
 
         def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
 
@@ -38,8 +41,6 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x1f\x8b", "gzip"),
     (b"BZh", "bzip2"),
     (b"\xfd7zXZ\x00", "xz"),
-    (b"\x28\xb5\x2f\xfd", "zstd"),
-    (b"PK\x03\x04", "zip"),
 )
 
 # Extensions that a directory walk reads as logs; others (pickles, images) are not logs.
@@ -75,6 +76,8 @@ class InputStats:
     lines: int = 0
     unparsed_lines: int = 0
     truncated: bool = False
+    # The compressed stream is corrupt (a bad block, a wrong checksum), not only cut short; truncated too.
+    damaged: bool = False
     long_lines: int = 0
     warnings: list[str] = field(default_factory=list)
     system_hints: dict[str, int] = field(default_factory=dict)
@@ -83,6 +86,8 @@ class InputStats:
     # Lines that were pieces of hard-wrapped lines, read joined to the line they were cut from
     # (oomdoctor/input/unwrap.py): blank now, so that line numbers stay the file's; not log content.
     joined_pieces: tuple[int, ...] = ()
+    # The line that says where a cut or damaged stream stops (a cut marker), read after its last line.
+    cut_marker: bytes = b""
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -251,6 +256,10 @@ def _walk_logs(root: str) -> tuple[list[str], list[InputStats]]:
             real = os.path.realpath(full)
             if os.path.islink(full) and real in real_files:
                 continue
+            fmt = unsupported_by_name(name)
+            if fmt is not None:
+                skip(full, unsupported_note(fmt).replace("FILE", full))
+                continue
             if not _is_log_name(name) and not is_monitoring_json(full):
                 if not (name.startswith(OWN_HIDDEN_PREFIX) or (bundle and (is_evidence_file(full) or name in _BUNDLE_OWN))):
                     skip(full, f"not a log file name ({', '.join(_LOG_SUFFIXES)}, or a rotation such as server.log.1)")
@@ -320,13 +329,118 @@ def _decompressor(kind: str) -> tuple[Callable[[], _Decompressor], tuple[type[Ba
     return lzma.LZMADecompressor, (*_STREAM_ERRORS, lzma.LZMAError)
 
 
+# Formats oomdoctor does not decompress, by their first bytes: one error naming the format and the command
+# that decompresses it, never their bytes read as a text log (an lz4 frame of a log is mostly literal text).
+_UNSUPPORTED_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x04\x22\x4d\x18", "lz4"),  # lz4 frame
+    (b"\x02\x21\x4c\x18", "lz4"),  # lz4 legacy frame (lz4 -l)
+    (b"\x1f\x9d", "compress (.Z)"),
+    (b"7z\xbc\xaf\x27\x1c", "7z"),
+    (b"Rar!\x1a\x07", "rar"),
+    (b"\x89LZO\x00", "lzop"),
+)
+# Formats with no magic bytes (brotli), or whose header is damaged, known by the file's name instead.
+_UNSUPPORTED_SUFFIXES: dict[str, str] = {
+    ".zst": "zstd",
+    ".zstd": "zstd",
+    ".lz4": "lz4",
+    ".br": "brotli",
+    ".z": "compress (.Z)",
+    ".7z": "7z",
+    ".rar": "rar",
+    ".lzo": "lzop",
+    ".sz": "snappy",
+}
+_DECOMPRESS_HINT = {
+    "zstd": "zstdcat FILE | oomdoctor diagnose -",
+    "lz4": "lz4cat FILE | oomdoctor diagnose -",
+    "brotli": "brotli -dc FILE | oomdoctor diagnose -",
+    "compress (.Z)": "zcat FILE | oomdoctor diagnose -",
+    "zip": "unzip it first",
+    "7z": "7z x FILE first",
+    "rar": "unrar x FILE first",
+    "lzop": "lzop -dc FILE | oomdoctor diagnose -",
+    "snappy": "decompress it first",
+}
+
+
+def unsupported_by_name(name: str) -> str | None:
+    """The compression format a file name says oomdoctor cannot read (server.log.1.zst: zstd), or None."""
+    lower = name.lower()
+    return next((fmt for suffix, fmt in _UNSUPPORTED_SUFFIXES.items() if lower.endswith(suffix)), None)
+
+
+def unsupported_note(fmt: str) -> str:
+    return f"{fmt} input is not supported; {_DECOMPRESS_HINT.get(fmt, 'decompress it first')}"
+
+
+def _unsupported_format(first: bytes, path: str) -> str | None:
+    """The unsupported format of a stream from its first bytes, or from its name when they are not text."""
+    fmt = next((name for magic, name in _UNSUPPORTED_MAGIC if first.startswith(magic)), None)
+    if fmt is None and len(first) >= 4:
+        # zstd: the frame magic, a skippable frame first (pzstd, seekable zstd: 0x184D2A5?) or a v0.1-0.7 frame.
+        if first.startswith(b"\x28\xb5\x2f\xfd") or (first[1:4] == b"\x2a\x4d\x18" and first[0] & 0xF0 == 0x50) or (first[1:4] == b"\xb5\x2f\xfd" and 0x1E <= first[0] <= 0x27):
+            fmt = "zstd"
+        elif first.startswith(b"PK\x03\x04"):
+            fmt = "zip"
+    if fmt is None:
+        by_name = unsupported_by_name(path)
+        if by_name is not None:
+            try:
+                first[:SNIFF_BYTES].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                # A sample cut inside a multi-byte character is still text.
+                if exc.start < min(len(first), SNIFF_BYTES) - 3:
+                    fmt = by_name
+    return fmt
+
+
+# How the cut-marker line starts that stands where a compressed stream is truncated or damaged
+# (oomdoctor/inference/completeness.py words its reason from it).
+STREAM_CUT_PREFIX = "[... oomdoctor: the "
+
+
+def _cut_here(stats: InputStats, kind: str, damaged: BaseException | None) -> None:
+    """Mark the input cut where its compressed stream stops: a warning, the flags, and a cut-marker line."""
+    stats.truncated = True
+    if damaged is not None:
+        stats.damaged = True
+        reason = str(damaged).replace("[", "(").replace("]", ")")[:160]
+        stats.warn(f"{kind} stream is damaged ({reason}); read what came before the damage")
+        what = f"the {kind} stream is damaged here ({reason})"
+    else:
+        stats.warn(f"{kind} stream ends early (truncated file); diagnosed what was read")
+        what = f"the {kind} stream ends early here (a truncated file)"
+    # A line the records parser reads as a cut marker: a failure that was not read is inconclusive, not "none".
+    stats.cut_marker = f"{STREAM_CUT_PREFIX}{what.removeprefix('the ')}: nothing after this point was read]\n".encode()
+
+
+def _salvage(saved: Any, data: bytes, damaged: tuple[type[BaseException], ...]) -> bytes:
+    """What a zlib stream decodes to before its damage: the failing call's input fed again in small pieces,
+    the piece that fails once more byte by byte (a bad checksum fails on the trailer, after the last text)."""
+    out: list[bytes] = []
+    for at in range(0, len(data), 64):
+        # 64 input bytes inflate to at most ~66 KB, and the damage lies within one chunk of output.
+        before = saved.copy()
+        try:
+            out.append(saved.decompress(data[at : at + 64], CHUNK_BYTES))
+        except damaged:
+            for byte in data[at : at + 64]:
+                try:
+                    out.append(before.decompress(bytes((byte,)), CHUNK_BYTES))
+                except damaged:
+                    break
+            break
+    return b"".join(out)
+
+
 def _decoded_blocks(raw: BinaryIO, stats: InputStats) -> Iterator[bytes]:
-    """Yield decompressed (or plain) byte blocks of the stream, noting truncation in stats."""
+    """Yield decompressed (or plain) byte blocks of the stream, noting truncation and damage in stats."""
     first = raw.read(CHUNK_BYTES)
+    unsupported = _unsupported_format(first, stats.path)
+    if unsupported is not None:
+        raise InputError(f"{stats.path}: {unsupported_note(unsupported)}")
     kind = next((name for magic, name in _MAGIC if first.startswith(magic)), None)
-    if kind in ("zstd", "zip"):
-        hint = "zstdcat FILE | oomdoctor diagnose -" if kind == "zstd" else "unzip it first"
-        raise InputError(f"{stats.path}: {kind} input is not supported; {hint}")
     stats.compression = kind
     if kind is None:
         data = first
@@ -335,42 +449,48 @@ def _decoded_blocks(raw: BinaryIO, stats: InputStats) -> Iterator[bytes]:
             yield data
             data = raw.read(CHUNK_BYTES)
         return
+    magic = next(m for m, n in _MAGIC if n == kind)
     make, damaged = _decompressor(kind)
     decomp = make()
     data = first
-    while True:
-        if not data:
-            break
+    while data:
         stats.bytes_read += len(data)
-        while data:
+        if decomp.eof:
+            # A member ended at the end of the last chunk: another member starts here, or what follows is padding.
+            if not data.startswith(magic):
+                return
+            decomp = make()
+        while True:
+            saved = cast("Any", decomp).copy() if kind == "gzip" else None  # zlib's can be copied; bz2's and lzma's cannot
             try:
                 # max_length bounds the output of a decompression bomb to one chunk at a time.
                 out = decomp.decompress(data, CHUNK_BYTES)
             except damaged as exc:
-                stats.truncated = True
-                stats.warn(f"{kind} stream is damaged ({exc}); read what came before the damage")
+                if saved is not None:
+                    out = _salvage(saved, data, damaged)
+                    if out:
+                        yield out
+                _cut_here(stats, kind, exc)
                 return
             if out:
                 yield out
-            tail = getattr(decomp, "unconsumed_tail", b"")
-            if getattr(decomp, "eof", False):
+            if decomp.eof:
                 rest = decomp.unused_data
+                if not rest:
+                    break
+                if not rest.startswith(magic):
+                    return  # padding after the last member (NULs from a copy tool): not a damage
                 # Concatenated members (log rotation appends .gz members) start a new stream.
-                data = rest if rest and any(rest.startswith(m) for m, n in _MAGIC if n == kind) else b""
-                if data:
-                    decomp = make()
+                decomp = make()
+                data = rest
                 continue
-            if tail:
-                data = tail
-                continue
-            if kind != "gzip" and not getattr(decomp, "needs_input", True):
-                data = b""
-                continue
-            data = b""
+            # zlib hands back what it did not consume; bz2 and lzma keep it and say whether they need input.
+            data = getattr(decomp, "unconsumed_tail", b"")
+            if not data and getattr(decomp, "needs_input", True):
+                break
         data = raw.read(CHUNK_BYTES)
-    if not getattr(decomp, "eof", False):
-        stats.truncated = True
-        stats.warn(f"{kind} stream ends early (truncated file); diagnosed what was read")
+    if not decomp.eof:
+        _cut_here(stats, kind, None)
 
 
 def _looks_binary(sample: bytes) -> bool | None:
@@ -437,9 +557,9 @@ def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:
             if stats.truncated:
                 raise InputError(f"{stats.path}: {stats.warnings[-1]}; no text before the damage")
             raise InputError(f"{stats.path}: empty input (0 bytes)")
-        if carry:
-            # A log still being written ends mid-line; keep that partial line.
-            yield carry + b"\n"
+        tail = carry + b"\n" if carry else b""  # a log still being written ends mid-line; keep that partial line
+        if tail or stats.cut_marker:
+            yield tail + stats.cut_marker
     except OSError as exc:
         raise InputError(f"{stats.path}: read failed ({exc.strerror or exc})") from None
     finally:

@@ -109,6 +109,8 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
                     "truncated": s.truncated,
                     "long_lines": s.long_lines,
                     "warnings": s.warnings,
+                    # Additive, only when it is so: the compressed stream is corrupt, not only cut short.
+                    **({"damaged": True} if s.damaged else {}),
                 }
                 for s in d.inputs
             ],

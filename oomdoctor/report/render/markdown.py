@@ -129,7 +129,7 @@ def _footer(view: dict) -> list[str]:
     unchecked = view.get("report", {}).get("unchecked") or []
     if unchecked:
         out += ["### Not checked", ""] + [f"- {escape_markdown_prose(u['what'])}: {_code(u['command'], in_table=False)}" for u in unchecked] + [""]
-    inputs = ", ".join(f"{_code(i['path'], in_table=False)} ({i['lines']} lines{', truncated' if i['truncated'] else ''})" for i in view["inputs"])
+    inputs = ", ".join(f"{_code(i['path'], in_table=False)} ({i['lines']} lines{', damaged' if i.get('damaged') else ', truncated' if i['truncated'] else ''})" for i in view["inputs"])
     out.append(f"<sub>oomdoctor {view['tool']['version']} · inputs: {inputs}</sub>")
     return out
 
