@@ -146,3 +146,138 @@ def test_directory_lists_zstd_and_lz4_as_skipped_with_the_format(tmp_path: Path)
     reasons = {Path(s.path).name: s.warnings[0] for s in skipped}
     assert "zstd" in reasons["server.log.1.zst"] and "not supported" in reasons["server.log.1.zst"]
     assert "lz4" in reasons["server.log.2.lz4"]
+
+
+# --- item 2: standard input is spooled with a bound, and the spool never outlives the run ----------
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+
+from oomdoctor.input import files  # noqa: E402
+
+
+class _Stdin:
+    def __init__(self, data: bytes) -> None:
+        import io
+
+        self.buffer = io.BytesIO(data)
+
+
+def test_stdin_spool_keeps_head_and_tail_and_says_what_was_dropped(tmp_path: Path, monkeypatch) -> None:
+    keep = 64 << 10
+    monkeypatch.setattr(files, "STDIN_KEEP_BYTES", keep)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    head = LOG.read_bytes()
+    filler = b"".join(b"[2026-03-02 10:00:%02d] Decode batch. #running-req: 3, #token: 4096\n" % (i % 60) for i in range(20000))
+    tail = b"[2026-03-02 11:00:00] Decode batch. #running-req: 3\n" + OOM_LINE
+    monkeypatch.setattr(sys, "stdin", _Stdin(head + filler + tail))
+    files.spool_stdin()
+    try:
+        (spool,) = [p for p in os.listdir(tmp_path) if p.startswith(".oomdoctor-stdin-")]  # the ring is gone
+        data = (tmp_path / spool).read_bytes()
+        assert len(data) <= 2 * keep + 300  # bounded: the head, the tail and one marker line
+        assert data.startswith(head) and data.endswith(tail)
+        marker = [line for line in data.splitlines() if line.startswith(b"[oomdoctor: ")]
+        assert len(marker) == 1 and b"of standard input dropped here" in marker[0]
+        stats = InputStats(path="<stdin>")
+        read = b"".join(iter_line_chunks("-", stats))
+        assert read == data
+        assert any("dropped" in w and "64 KiB" in w for w in stats.warnings), stats.warnings
+    finally:
+        files.release_stdin_spool()
+    assert os.listdir(tmp_path) == []
+
+
+def test_stdin_under_the_cap_is_kept_whole(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(files, "STDIN_KEEP_BYTES", 4096)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    data = b"x" * 5000 + b"\n" + b"y" * 3000 + b"\n"  # over one keep, under two: nothing is dropped
+    monkeypatch.setattr(sys, "stdin", _Stdin(data))
+    files.spool_stdin()
+    try:
+        stats = InputStats(path="<stdin>")
+        assert b"".join(iter_line_chunks("-", stats)) == data and stats.warnings == []
+    finally:
+        files.release_stdin_spool()
+    assert os.listdir(tmp_path) == []
+
+
+def test_stdin_over_the_cap_is_diagnosed_from_its_tail(tmp_path: Path, monkeypatch, run_cli) -> None:
+    monkeypatch.setattr(files, "STDIN_KEEP_BYTES", 64 << 10)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    filler = b"[2026-03-02 10:00:01] Decode batch. #running-req: 3, #token: 4096\n" * 20000
+    res = run_cli("diagnose", "-", "--format", "json", input=LOG.read_bytes() + filler + OOM_LINE)
+    assert res.code == 3, res.err
+    (entry,) = res.json["inputs"]
+    assert any("dropped" in w for w in entry["warnings"])
+    assert "of standard input were dropped" in res.err
+    assert os.listdir(tmp_path) == []
+
+
+_FULL_DISK = """
+import os, sys, tempfile
+real = tempfile.mkstemp
+def full(*a, **k):
+    fd, path = real(*a, **k)
+    os.close(fd)
+    return os.open("/dev/full", os.O_WRONLY), path  # every write fails with ENOSPC, as on a full disk
+tempfile.mkstemp = full
+from oomdoctor.commands.cli import main
+main(["diagnose", "-"])
+"""
+
+
+def test_stdin_spool_on_a_full_disk_is_one_error_line_and_leaves_nothing(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    res = subprocess.run([sys.executable, "-c", _FULL_DISK], input=LOG.read_bytes(), capture_output=True, timeout=60, env=env)
+    err = res.stderr.decode()
+    assert res.returncode == 5, err
+    assert err.count("\n") == 1 and err.startswith("oomdoctor: error: ") and "No space left on device" in err, err
+    assert "internal error" not in err and "Traceback" not in err
+    assert os.listdir(tmp_path) == []
+
+
+def _interrupted(tmp_path: Path, sig: int) -> tuple[int, str]:
+    """`oomdoctor diagnose -` on a stream that stays open, signalled once its spool exists."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "oomdoctor", "diagnose", "-"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(LOG.read_bytes() * 50)
+        proc.stdin.flush()
+        for _ in range(600):  # a hang guard, not a timing assertion: wait for the spool to appear
+            if os.listdir(tmp_path):
+                break
+            time.sleep(0.05)
+        assert os.listdir(tmp_path), "the spool never appeared"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err.decode()
+
+
+def test_sigterm_while_spooling_stdin_exits_cleanly_and_leaves_nothing(tmp_path: Path) -> None:
+    code, err = _interrupted(tmp_path, signal.SIGTERM)
+    assert code == 143, (code, err)
+    assert err.strip() == "oomdoctor: error: terminated"
+    assert os.listdir(tmp_path) == []
+
+
+def test_sigint_while_spooling_stdin_leaves_nothing(tmp_path: Path) -> None:
+    code, err = _interrupted(tmp_path, signal.SIGINT)
+    assert code == 130, (code, err)
+    assert err.strip() == "oomdoctor: error: interrupted"
+    assert os.listdir(tmp_path) == []

@@ -19,6 +19,7 @@ class ExitCode(IntEnum):
     INCONCLUSIVE = 4
     BAD_INPUT = 5
     INTERRUPTED = 130
+    TERMINATED = 143  # 128 + SIGTERM
 
 
 class OomdoctorError(Exception):
@@ -43,3 +44,8 @@ class UsageError(OomdoctorError):
 
 class GpuNotFound(OomdoctorError):
     """A GPU name that is not in the table (data/gpus.toml); the message lists the known ones."""
+
+
+class Terminated(BaseException):
+    """SIGTERM turned into an exception while oomdoctor holds a temporary file (the copy of standard input),
+    so that its cleanup runs. Not an Exception: no ``except Exception`` swallows it."""

@@ -1,7 +1,7 @@
 """Command line: parses options, calls the library, maps errors to the documented exit codes.
 
 Exit codes: 0 no OOM evidence; 3 OOM diagnosed; 4 inconclusive; 2 usage error; 5 unreadable or
-invalid input; 1 internal error; 130 interrupted. Library code raises typed errors (errors.py) and
+invalid input; 1 internal error; 130 interrupted; 143 terminated (SIGTERM while stdin was spooled). Library code raises typed errors (errors.py) and
 returns typed outcomes; ``_exit_code`` is the one place either becomes an exit code. Nothing here
 imports torch or pynvml.
 """
@@ -31,7 +31,8 @@ if TYPE_CHECKING:  # the pipeline is imported only by the commands that run it
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 no OOM evidence, 3 OOM diagnosed, 4 inconclusive (the input stops before a failure is evident), "
-    "2 usage error, 5 unreadable or invalid input, 1 internal error, 130 interrupted."
+    "2 usage error, 5 unreadable or invalid input (or stdin could not be spooled: a full disk), 1 internal error, 130 interrupted, "
+    "143 terminated (SIGTERM)."
 )
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from oomdoctor.base.errors import ExitCode, GpuNotFound, InputError, OomdoctorError, OutputError, RuleError, UsageError
+from oomdoctor.base.errors import ExitCode, GpuNotFound, InputError, OomdoctorError, OutputError, RuleError, Terminated, UsageError
 from oomdoctor.base.outcomes import GpuEvidence, PlanFit
 from oomdoctor.report.console import fail
 
@@ -28,6 +28,7 @@ _ERROR_EXIT_CODES: dict[type[BaseException], ExitCode] = {
     click.UsageError: ExitCode.USAGE,  # bad options
     click.Abort: ExitCode.INTERRUPTED,  # Ctrl-C at a prompt
     KeyboardInterrupt: ExitCode.INTERRUPTED,
+    Terminated: ExitCode.TERMINATED,  # SIGTERM while a temporary file was held (input.files.spool_stdin)
     # The reader closed the pipe (| head): what it wanted was written.
     BrokenPipeError: ExitCode.NO_OOM,
 }
@@ -61,6 +62,8 @@ def guarded(work: Callable[[], int]) -> int:
         return work()
     except KeyboardInterrupt as exc:
         fail("interrupted", exit_code(exc))
+    except Terminated as exc:
+        fail("terminated", exit_code(exc))
     except OomdoctorError as exc:
         fail(str(exc), exit_code(exc))
     except BrokenPipeError as exc:
