@@ -26,15 +26,44 @@ _OWN_OUTPUTS = {"manifest.json", "diagnosis.json"}
 
 
 def evidence_files(path: str) -> list[str]:
-    """Non-log evidence inside a bundle directory (manifest, memory_stats, snapshots, samples, nvidia-smi dumps)."""
+    """Non-log evidence inside a bundle directory (manifest, memory_stats, snapshots, samples, nvidia-smi dumps).
+
+    Only regular files inside the directory: a link that leads out of it, a FIFO or a device is never
+    read (the directory walk of the logs lists each as skipped, with its reason), and a file reached
+    twice (through a link inside) is read once.
+    """
+    import os
     from pathlib import Path  # a bundle directory only
 
-    root = Path(path)
-    out = [str(root / "manifest.json")]
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and p.name not in _OWN_OUTPUTS and is_evidence_file(str(p)):
-            out.append(str(p))
-    return out
+    from oomdoctor.input.files import entry_problem
+
+    real_root = os.path.realpath(path)
+    manifest = os.path.join(path, "manifest.json")
+    out = [manifest] if entry_problem(manifest, real_root) is None else []
+    seen = {os.path.realpath(manifest)}
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(path, followlinks=False, onerror=lambda e: None):
+        dirnames.sort()
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            if name in _OWN_OUTPUTS or not is_evidence_file(full) or entry_problem(full, real_root) is not None:
+                continue
+            found.append(full)
+    # Real files before links to them, so that a file is read at its own path.
+    for full in sorted(found, key=lambda p: (os.path.islink(p), Path(p))):
+        real = os.path.realpath(full)
+        if real not in seen:
+            seen.add(real)
+            out.append(full)
+    return _ordered(out, manifest)
+
+
+def _ordered(paths: list[str], manifest: str) -> list[str]:
+    """The manifest first, then the rest in path order (what rglob's sorted walk gave)."""
+    from pathlib import Path
+
+    rest = sorted((p for p in paths if p != manifest), key=Path)
+    return ([manifest] if manifest in paths else []) + rest
 
 
 # A saved DCGM exporter /metrics scrape (Prometheus text format): oomdoctor.evidence.monitoring reads it.

@@ -46,6 +46,11 @@ def is_bundle_dir(path: str) -> bool:
     manifest = os.path.join(path, "manifest.json")
     if not os.path.isfile(manifest):
         return False
+    if os.path.islink(manifest):
+        # A manifest that is a link out of the folder does not make it a bundle (nor is it read).
+        root = os.path.realpath(path)
+        if not os.path.realpath(manifest).startswith(root.rstrip(os.sep) + os.sep):
+            return False
     try:
         with open(manifest, encoding="utf-8", errors="replace") as fh:
             return read_json(fh.read(), manifest).get("kind") == BUNDLE_KIND

@@ -10,6 +10,7 @@ import os
 import zipfile
 from collections.abc import Iterator
 
+from oomdoctor.base.errors import InputError
 from oomdoctor.input.files import InputStats, iter_line_chunks
 from oomdoctor.input.redact import redact_text
 
@@ -28,6 +29,19 @@ def copy_chunks(path: str, redact: bool) -> Iterator[bytes]:
         if redact:
             text = "".join(redact_text(line) for line in text.splitlines(keepends=True))
         yield text.encode("utf-8")
+
+
+def _not_copyable(path: str) -> str | None:
+    """Why an input is not copied: a pipe or device (the diagnosis drained it; opening it again would block)."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return f"cannot be read again ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    return "not a regular file (a pipe or device, read once by the diagnosis)"
 
 
 def _utf8(text: str) -> bytes:
@@ -68,15 +82,23 @@ def _write_zip(out_path: str, html: str, markdown: str, json_text: str, input_pa
             if path in ("-", "<stdin>"):
                 notes.append("stdin was not kept; save it to a file to bundle it")
                 continue
+            problem = _not_copyable(path)
+            if problem:
+                notes.append(f"{path}: {problem}; save it to a file to bundle it")
+                continue
             name = _arcname(path, used)
             written = 0
             with zf.open(name, "w") as fh:
-                for data in copy_chunks(path, redact):
-                    if written + len(data) > MAX_INPUT_BYTES:
-                        notes.append(f"{path}: only the first {MAX_INPUT_BYTES >> 20} MiB are in the bundle")
-                        break
-                    fh.write(data)
-                    written += len(data)
+                try:
+                    for data in copy_chunks(path, redact):
+                        if written + len(data) > MAX_INPUT_BYTES:
+                            notes.append(f"{path}: only the first {MAX_INPUT_BYTES >> 20} MiB are in the bundle")
+                            break
+                        fh.write(data)
+                        written += len(data)
+                except InputError as exc:
+                    reason = str(exc).removeprefix(f"{path}: ")
+                    notes.append(f"{path}: {reason}; {name} holds what was copied before that")
         readme = "oomdoctor bundle: report.html (open in a browser), summary.md (paste into an issue), diagnosis.json, inputs/.\n"
         readme += ("Inputs are redacted.\n" if redact else "Inputs are NOT redacted (--no-redact).\n") + "".join(f"note: {n}\n" for n in notes)
         zf.writestr("README.txt", _utf8(readme))

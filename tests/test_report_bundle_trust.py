@@ -1,0 +1,102 @@
+"""Evidence links out of a bundle directory are neither read nor copied into `--bundle` (issue 24, item 5).
+
+The walk of the logs skipped such a link and said so, but evidence_files (rglob, is_file) read the
+same link as evidence, and the bundle then copied the file it leads to: a secret outside the folder
+ended up in the zip, beside a warning that said "skipped".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+from oomdoctor.evidence.collected import evidence_files
+
+from conftest import FIXTURES
+
+LOG = FIXTURES / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"
+SECRET = "OUTSIDE-SECRET-7f3a"
+
+
+def _bundle_with_links_out(tmp_path: Path) -> Path:
+    bundle = tmp_path / "bundle"
+    outside = tmp_path / "outside"
+    bundle.mkdir()
+    (outside / "sub").mkdir(parents=True)
+    shutil.copy(LOG, bundle / "server.log")
+    (bundle / "manifest.json").write_text(json.dumps({"kind": "oomdoctor-bundle", "bundle_version": 1, "gpus": []}))
+    (outside / "snap.json").write_text(json.dumps({"segments": [], "note": SECRET}))
+    (outside / "sub" / "memory_stats.json").write_text(json.dumps({"segments": [], "note": SECRET}))
+    (outside / "secret.log").write_text(f"[2026-03-02 10:00:00] {SECRET}\n")
+    (bundle / "memory_snapshot.json").symlink_to(outside / "snap.json")
+    (bundle / "linked-dir").symlink_to(outside / "sub")
+    (bundle / "escape.log").symlink_to(outside / "secret.log")
+    os.mkfifo(bundle / "pipe.json")  # evidence-named FIFO: opening it would block
+    return bundle
+
+
+def test_evidence_files_never_leave_the_bundle(tmp_path: Path) -> None:
+    bundle = _bundle_with_links_out(tmp_path)
+    found = evidence_files(str(bundle))
+    assert found == [str(bundle / "manifest.json")]
+
+
+def test_evidence_link_inside_the_bundle_is_read(tmp_path: Path) -> None:
+    bundle = _bundle_with_links_out(tmp_path)
+    (bundle / "stats").mkdir()
+    (bundle / "stats" / "memory_stats.json").write_text("{}")
+    (bundle / "again.json").symlink_to(bundle / "stats" / "memory_stats.json")
+    found = evidence_files(str(bundle))
+    assert str(bundle / "stats" / "memory_stats.json") in found
+    assert str(bundle / "again.json") not in found  # the same file once
+
+
+def test_bundle_zip_holds_nothing_from_outside(tmp_path: Path, run_cli) -> None:
+    bundle = _bundle_with_links_out(tmp_path)
+    out = tmp_path / "oom.zip"
+    res = run_cli("diagnose", str(bundle), "--format", "json", "--bundle", str(out))
+    assert res.code == 3, res.err
+    inputs = res.json["inputs"]
+    read = {Path(i["path"]).name for i in inputs if i["kind"] != "skipped"}
+    skipped = {Path(i["path"]).name for i in inputs if i["kind"] == "skipped"}
+    assert "memory_snapshot.json" not in read and "escape.log" not in read
+    assert {"memory_snapshot.json", "linked-dir", "escape.log", "pipe.json"} <= skipped
+    with zipfile.ZipFile(out) as zf:
+        names = zf.namelist()
+        assert not any("memory_snapshot" in n or "escape" in n for n in names), names
+        for name in names:
+            assert SECRET.encode() not in zf.read(name), name
+
+
+def test_bundle_of_a_pipe_input_notes_it_instead_of_hanging(tmp_path: Path) -> None:
+    """`diagnose <(zcat log.gz) --bundle b.zip`: the diagnosis drains the pipe; the bundle says so, never reopens it."""
+    import signal
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    out = tmp_path / "b.zip"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "oomdoctor", "diagnose", str(fifo), "--bundle", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    with open(fifo, "wb") as fh:  # blocks until oomdoctor opens it for reading
+        fh.write(LOG.read_bytes())
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError("--bundle reopened the drained pipe and hung (killed after 60 s)") from None
+    assert proc.returncode == 3, err
+    assert out.is_file()
+    assert "not a regular file" in err
+    with zipfile.ZipFile(out) as zf:
+        assert "README.txt" in zf.namelist() and not any(n.startswith("inputs/") for n in zf.namelist())
