@@ -102,3 +102,17 @@ def test_run_directory_latest_link_out_of_the_directory_is_not_followed(tmp_path
     rec.mkdir()
     (rec / "latest").symlink_to(outside)
     assert latest_run_quiet(str(rec)) == str(rec)
+
+
+def test_summary_of_named_paths_skips_a_fifo_and_a_device(tmp_path: Path) -> None:
+    """`--summary incidents/*` names each entry itself: a FIFO or /dev/zero among them is skipped, not read."""
+    root = _hostile_dir(tmp_path)
+    code, out, err = _summary(str(root / "good.log"), str(root / "fifo.log"), "/dev/zero", str(tmp_path / "missing.log"), "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [Path(r["path"]).name for r in doc["incidents"]] == ["good.log"]
+    assert {r["path"]: r["reason"] for r in doc["skipped"]} == {
+        str(root / "fifo.log"): "not a regular file (a FIFO)",
+        "/dev/zero": "not a regular file (a character device)",
+    }
+    assert [Path(r["path"]).name for r in doc["failed"]] == ["missing.log"]

@@ -44,7 +44,16 @@ def entries(paths: Sequence[str]) -> tuple[list[str], list[dict[str, Any]]]:
     out: list[str] = []
     skipped: list[dict[str, Any]] = []
     for path in paths:
-        if not os.path.isdir(path) or is_bundle_dir(path) or os.path.islink(os.path.join(path, "latest")):
+        if not os.path.isdir(path):
+            # A PATH given by name (a shell glob, incidents/*) is one incident unless it is a FIFO or a device,
+            # whose read would block or never end; a missing PATH is kept, for its reason.
+            problem = entry_problem(path, os.path.realpath(path)) if os.path.lexists(path) else None
+            if problem is not None and problem.startswith("not a regular file"):
+                skipped.append(skipped_row(path, problem))
+            else:
+                out.append(path)
+            continue
+        if is_bundle_dir(path) or os.path.islink(os.path.join(path, "latest")):
             out.append(path)
             continue
         try:
