@@ -59,6 +59,15 @@ def _json(res: subprocess.CompletedProcess) -> dict:
     return json.loads(res.stdout)
 
 
+def _validate(doc: dict) -> None:
+    import jsonschema
+
+    from conftest import REPO
+
+    schema = json.loads((REPO / "oomdoctor" / "data" / "diagnosis.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(doc)
+
+
 def test_gzip_cut_before_the_failure_is_inconclusive_not_none(tmp_path: Path) -> None:
     data = gzip.compress(LOG.read_bytes())
     cut = tmp_path / "server.log.gz"
@@ -71,6 +80,7 @@ def test_gzip_cut_before_the_failure_is_inconclusive_not_none(tmp_path: Path) ->
     assert entry["truncated"] is True and "damaged" not in entry  # cut short, not corrupt
     assert any("truncated" in w for w in entry["warnings"])
     assert b"gzip stream ends early" in res.stderr
+    _validate(doc)
 
 
 def test_gzip_damaged_in_the_middle_keeps_what_came_before(tmp_path: Path) -> None:
@@ -85,6 +95,7 @@ def test_gzip_damaged_in_the_middle_keeps_what_came_before(tmp_path: Path) -> No
     (entry,) = doc["inputs"]
     assert entry.get("damaged") is True and entry["truncated"] is True and entry["lines"] >= 2
     assert b"gzip stream is damaged" in res.stderr
+    _validate(doc)  # the JSON contract's schema knows the damaged flag
     lines = _lines(bad)
     read = b"\n".join(lines[:-1])
     assert len(read) > 100 and text.startswith(read)  # the text before the damage is read, and nothing else
