@@ -9,11 +9,13 @@ import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import TYPE_CHECKING, BinaryIO, cast
 
 from oomdoctor.commands.run_pumps import READ_BYTES
 from oomdoctor.input.files import OWN_HIDDEN_PREFIX
-from oomdoctor.input.redact import Redactor
+
+if TYPE_CHECKING:
+    from oomdoctor.input.redact import Redactor
 
 # Chunks waiting for the log writer; when it falls this far behind, the pumps (and so the server) wait.
 QUEUE_CHUNKS = 16
