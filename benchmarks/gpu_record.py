@@ -8,7 +8,7 @@ failure is written down, never fatal; everything lands in OUT_DIR/record/ and is
 OUT_DIR/gpu_record.tar.gz, with OUT_DIR/summary.txt saying what happened. Sections:
 
 - env: nvidia-smi (table and CSV), the driver, torch and its CUDA.
-- nvml_cost: the flight recorder's sampler (oomdoctor.commands.run._Sampler) over real NVML, per sample.
+- nvml_cost: the flight recorder's sampler (oomdoctor.live.sampling.Sampler) over real NVML, per sample.
 - oom_too_big: one allocation larger than the card (torch.OutOfMemoryError as a server prints it),
   with the capture hook's memory_stats.json and snapshot; again with expandable_segments.
 - oom_foreign: another process holds most of the card; the OOM message names it (when the driver
@@ -126,13 +126,13 @@ def env(rec: Path) -> None:
 @section
 def nvml_cost(rec: Path) -> None:
     sys.path.insert(0, str(REPO))
-    from oomdoctor.commands.run import _Sampler
     from oomdoctor.live.nvml import Nvml
+    from oomdoctor.live.sampling import Sampler
 
     nvml = Nvml()
     if not nvml.start():
         raise RuntimeError(f"NVML did not start: {nvml.available}")
-    sampler = _Sampler(nvml, 1.0, 100, time.time)
+    sampler = Sampler(nvml, 1.0, 100, time.time)
     sampler.sample()  # first call pays for handles
     n = 500
     t = time.perf_counter()

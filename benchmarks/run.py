@@ -129,14 +129,14 @@ def nvml_sample_cost(samples: int = 2000) -> float:
     import time
 
     sys.path.insert(0, str(HERE.parent / "tests"))
-    from oomdoctor.commands.run import _Sampler
     from oomdoctor.live.nvml import Nvml
+    from oomdoctor.live.sampling import Sampler
 
     import fakes
 
     nvml = Nvml(fakes.FakeNvml(fakes.load("accounted")))
     nvml.start()
-    sampler = _Sampler(nvml, 1.0, 100, time.time)
+    sampler = Sampler(nvml, 1.0, 100, time.time)
     t = time.perf_counter()
     for _ in range(samples):
         sampler.sample()

@@ -106,17 +106,20 @@ class FakeGitHub:
             self.repo_labels.append(args[2])
             return ""
         if args[:2] == ["issue", "edit"]:
-            for i, a in enumerate(args):
-                if a == "--add-label":
-                    for name in args[i + 1].split(","):
-                        if name not in self.repo_labels:
-                            raise RuntimeError(f"gh issue edit failed (1): '{name}' not found")
-                        if name not in self.issue_labels:
-                            self.issue_labels.append(name)
-                if a == "--remove-label":
-                    self.issue_labels = [x for x in self.issue_labels if x not in args[i + 1].split(",")]
+            self._edit_labels(args)
             return ""
         raise RuntimeError(f"fake gh: unexpected call {args}")
+
+    def _edit_labels(self, args: list[str]) -> None:
+        for i, a in enumerate(args):
+            if a == "--add-label":
+                for name in args[i + 1].split(","):
+                    if name not in self.repo_labels:
+                        raise RuntimeError(f"gh issue edit failed (1): '{name}' not found")
+                    if name not in self.issue_labels:
+                        self.issue_labels.append(name)
+            if a == "--remove-label":
+                self.issue_labels = [x for x in self.issue_labels if x not in args[i + 1].split(",")]
 
     # --- the executable's state -------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

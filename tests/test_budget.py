@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from oomdoctor.base.units import GIB, MIB
-from oomdoctor.memory import budget
+from oomdoctor.memory import budget, log_figures, oom_arithmetic
 
 
 def gib(x: float) -> int:
@@ -164,45 +164,45 @@ def test_context_and_reserve_constants_live_in_budget() -> None:
 
 def test_fact_arithmetic_keeps_the_raw_figure_in_its_step() -> None:
     # Differences that cannot be negative report 0 as the value and the raw figure in the working.
-    short = budget.shortfall_bytes(gib(1), gib(3))
+    short = oom_arithmetic.shortfall_bytes(gib(1), gib(3))
     assert short.value == 0 and short.steps[0].value == -gib(2) and short.steps[0].formula == "requested - free"
-    assert budget.shortfall_bytes(gib(3), gib(1)).value == gib(2)
-    foreign = budget.sglang_startup_foreign_bytes(gib(80), gib(70), gib(1))
+    assert oom_arithmetic.shortfall_bytes(gib(3), gib(1)).value == gib(2)
+    foreign = log_figures.sglang_startup_foreign_bytes(gib(80), gib(70), gib(1))
     assert foreign.value == gib(9) - budget.CUDA_CONTEXT_BYTES
     assert foreign.steps[0].formula == "capacity 80.00 - pre 70.00 - init 1.00 - context 0.59 GiB"
-    assert budget.sglang_startup_foreign_bytes(gib(80), gib(79.5), 0).value == 0
+    assert log_figures.sglang_startup_foreign_bytes(gib(80), gib(79.5), 0).value == 0
 
 
 def test_sglang_pre_and_weights_from_the_load_lines() -> None:
-    pre = budget.sglang_pre_bytes_from_load_end(gib(18), gib(60))
+    pre = log_figures.sglang_pre_bytes_from_load_end(gib(18), gib(60))
     assert pre.value == gib(78) and pre.steps[0].formula == "avail mem + mem usage"
-    weights = budget.sglang_weights_derivation(gib(78), gib(18))
+    weights = log_figures.sglang_weights_derivation(gib(78), gib(18))
     assert weights.value == gib(60) == budget.sglang_weights_bytes(gib(78), gib(18))
     assert weights.steps[0].formula == "78.00 GiB - 18.00 GiB"
 
 
 def test_allocator_message_arithmetic() -> None:
-    assert budget.reclaimable_bytes(gib(1), gib(2)) == gib(3)
+    assert oom_arithmetic.reclaimable_bytes(gib(1), gib(2)) == gib(3)
     # Without "this process has X": capacity - free - PyTorch's reserved memory, above 4 GiB + 5% is another tenant.
-    unaccounted, raw, threshold = budget.unaccounted_derivation(gib(80), gib(1), gib(60), gib(2), None)
-    assert raw == unaccounted.value == gib(17) and threshold == budget.NON_PYTORCH_OVERHEAD_MAX_BYTES + int(gib(80) * 0.05)
+    unaccounted, raw, threshold = oom_arithmetic.unaccounted_derivation(gib(80), gib(1), gib(60), gib(2), None)
+    assert raw == unaccounted.value == gib(17) and threshold == oom_arithmetic.NON_PYTORCH_OVERHEAD_MAX_BYTES + int(gib(80) * 0.05)
     # With it: capacity - free - this process, over 2 GiB; a negative figure is reported as 0.
-    unaccounted, raw, threshold = budget.unaccounted_derivation(gib(80), gib(1), None, None, gib(80))
-    assert (unaccounted.value, raw, threshold) == (0, -gib(1), budget.OTHERS_WITH_SELF_FIGURE_MIN_BYTES)
-    assert budget.unbalanced_gap_bytes(gib(10), gib(4)) == gib(6)
+    unaccounted, raw, threshold = oom_arithmetic.unaccounted_derivation(gib(80), gib(1), None, None, gib(80))
+    assert (unaccounted.value, raw, threshold) == (0, -gib(1), oom_arithmetic.OTHERS_WITH_SELF_FIGURE_MIN_BYTES)
+    assert log_figures.unbalanced_gap_bytes(gib(10), gib(4)) == gib(6)
 
 
 def test_process_sums_count_unknown_sizes_as_zero() -> None:
-    assert budget.processes_bytes([gib(1), None, gib(2)]) == gib(3)
-    assert budget.processes_bytes([]) == 0
-    assert budget.nvml_other_used_bytes(gib(70), [gib(60), None]) == gib(10)
+    assert log_figures.processes_bytes([gib(1), None, gib(2)]) == gib(3)
+    assert log_figures.processes_bytes([]) == 0
+    assert log_figures.nvml_other_used_bytes(gib(70), [gib(60), None]) == gib(10)
 
 
 def test_vllm_profile_arithmetic() -> None:
-    total = budget.vllm_total_bytes_from_budget(gib(72), 0.9)
+    total = log_figures.vllm_total_bytes_from_budget(gib(72), 0.9)
     assert total.value == gib(80) and total.steps[0].formula == "requested u*total / u"
-    assert budget.vllm_non_kv_bytes_from_profile(gib(15), gib(4), gib(1)).value == gib(20)
-    non_kv = budget.vllm_non_kv_bytes_from_kv(gib(80), 0.9, gib(52))
+    assert log_figures.vllm_non_kv_bytes_from_profile(gib(15), gib(4), gib(1)).value == gib(20)
+    non_kv = log_figures.vllm_non_kv_bytes_from_kv(gib(80), 0.9, gib(52))
     assert non_kv.value == gib(20) and non_kv.steps[0].formula == "u*total - available KV"
-    assert budget.vllm_startup_free_deficit_bytes(gib(72), gib(70)).value == gib(2)
-    assert budget.kv_cell_bytes(gib(1), 8192) == 131072
+    assert log_figures.vllm_startup_free_deficit_bytes(gib(72), gib(70)).value == gib(2)
+    assert log_figures.kv_cell_bytes(gib(1), 8192) == 131072

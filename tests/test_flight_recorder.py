@@ -279,7 +279,7 @@ def test_the_pumps_read_the_pipe_in_large_chunks(tmp_path: Path, monkeypatch: py
         sizes.append(len(data))
         return data
 
-    monkeypatch.setattr(flight.os, "read", read)
+    monkeypatch.setattr(os, "read", read)  # the pumps read with os.read
     child = "import sys\nfor i in range(100000):\n    sys.stdout.write(f'[TP0] Decode batch. #token: {i}, token usage: 0.28\\n'); sys.stdout.flush()\n"
     out, err = io.BytesIO(), io.BytesIO()
     code = flight.run([sys.executable, "-c", child], str(tmp_path / "rec"), nvml_module=fakes.FakeNvml(fakes.load("idle_reserved")), psutil_module=None, stdout=out, stderr=err)

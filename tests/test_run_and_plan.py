@@ -16,6 +16,7 @@ from oomdoctor.base.errors import InputError
 from oomdoctor.base.units import GIB
 from oomdoctor.commands import plan
 from oomdoctor.commands import run as flight
+from oomdoctor.commands.run_log import BoundedLog
 from oomdoctor.memory.gpus import find_gpu
 
 import fakes
@@ -203,7 +204,7 @@ def test_plan_markdown_and_html(run_cli) -> None:
 
 def test_bounded_log_keeps_head_and_tail_with_one_marker(tmp_path: Path) -> None:
     said: list[str] = []
-    log = flight.BoundedLog(tmp_path / "server.log", 100, said.append)
+    log = BoundedLog(tmp_path / "server.log", 100, said.append)
     lines = [f"line {i:04d} {'x' * 20}\n".encode() for i in range(200)]  # 31 bytes each
     for i in range(0, 200, 7):
         log.write(b"".join(lines[i : i + 7]))  # writes that straddle the head's end and the ring's
@@ -221,7 +222,7 @@ def test_bounded_log_keeps_head_and_tail_with_one_marker(tmp_path: Path) -> None
 
 
 def test_bounded_log_under_the_limit_is_the_whole_output(tmp_path: Path) -> None:
-    log = flight.BoundedLog(tmp_path / "server.log", 100, lambda s: None)
+    log = BoundedLog(tmp_path / "server.log", 100, lambda s: None)
     for chunk in (b"a" * 60, b"b" * 60, b"c" * 50):
         log.write(chunk)
     log.close()

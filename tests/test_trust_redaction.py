@@ -16,8 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oomdoctor.input import redact
-from oomdoctor.input.redact import Pseudonyms, Redactor, redact_obj, redact_text
+from oomdoctor.input import redact, secret_prefilter, secret_rules
+from oomdoctor.input.pseudonyms import Pseudonyms
+from oomdoctor.input.redact import Redactor, redact_obj, redact_text
 
 from conftest import FIXTURES
 
@@ -258,11 +259,9 @@ def test_shared_pseudonym_table_between_redactors() -> None:
 
 def test_every_secret_form_passes_the_one_search_prefilter() -> None:
     """redact passes over lines holding none of its needles; every secret of the corpus holds one."""
-    from oomdoctor.input import redact as r
-
     # PEM body lines are redacted by the block state before this filter; their BEGIN line holds a needle.
     for text in [*LINE_SECRETS.values(), PEM_LINES[0], ENCRYPTED_PEM[0]]:
-        assert any(n in text.lower() for n in r._NEEDLES), text[:60]
+        assert any(n in text.lower() for n in secret_rules._NEEDLES), text[:60]
 
 
 # --- the byte prefilter of in-flight redaction (`oomdoctor run`) ---------------------------------
@@ -314,10 +313,10 @@ def test_prefilter_flags_every_line_the_redactor_changes() -> None:
     files = _file_lines()
     changed = [line for line in corpus + files if _changed_by_the_redactor(line)]
     assert len(changed) > 80  # the corpora, the fixtures' own secrets and the test sources that spell them out
-    missed = [line for line in changed if not redact.secret_line_starts(line)]
+    missed = [line for line in changed if not secret_prefilter.secret_line_starts(line)]
     assert missed == []
     # And it is selective: of the ~40,000 lines, few are flagged that the redactor leaves alone.
-    flagged = [line for line in files if redact.secret_line_starts(line)]
+    flagged = [line for line in files if secret_prefilter.secret_line_starts(line)]
     assert len(flagged) < 2 * len([line for line in files if _changed_by_the_redactor(line)]) + 50
 
 
@@ -336,20 +335,20 @@ def test_prefilter_leaves_serving_statistics_alone() -> None:
     ]
     for line in stats:
         assert Redactor().text(line) == line
-        assert redact.secret_line_starts(line.encode()) == [], line
+        assert secret_prefilter.secret_line_starts(line.encode()) == [], line
     chunk = "".join(line + "\n" for line in stats * 100).encode()
-    assert redact.secret_line_starts(chunk) == []
+    assert secret_prefilter.secret_line_starts(chunk) == []
 
 
 def test_prefilter_engines_agree_and_name_the_line_a_match_is_on() -> None:
     lines = [*(line.encode() for line in _corpus_lines()), *_file_lines()[:4000]]
     data = b"\n".join(lines) + b"\n"
-    starts = redact.secret_line_starts(data)
-    assert starts == redact.secret_line_starts(data, "re")
+    starts = secret_prefilter.secret_line_starts(data)
+    assert starts == secret_prefilter.secret_line_starts(data, "re")
     assert all(s == 0 or data[s - 1 : s] == b"\n" for s in starts)
     expected, pos = [], 0
     for line in lines:
-        if redact.secret_line_starts(line):
+        if secret_prefilter.secret_line_starts(line):
             expected.append(pos)
         pos += len(line) + 1
     assert starts == expected  # no match spans two lines: each is charged to its own line
@@ -358,10 +357,10 @@ def test_prefilter_engines_agree_and_name_the_line_a_match_is_on() -> None:
 def test_prefilter_knows_every_space_and_case_fold_of_python_re() -> None:
     """What makes a str regex match more than its bytes twin: `\\s` beyond ASCII and re.IGNORECASE folds."""
     everything = "".join(map(chr, range(0x110000)))
-    assert set(re.findall(r"\s", everything)) - {"\n"} == set(redact._WS_CHARS)
+    assert set(re.findall(r"\s", everything)) - {"\n"} == set(secret_prefilter._WS_CHARS)
     beyond_ascii = everything[0x80:]
     for letter in "abcdefghijklmnopqrstuvwxyz":
-        assert set(re.findall("(?i)" + letter, beyond_ascii)) == set(redact._FOLDS.get(letter, "")), letter
+        assert set(re.findall("(?i)" + letter, beyond_ascii)) == set(secret_prefilter._FOLDS.get(letter, "")), letter
 
 
 FRAGMENTS = [
@@ -379,7 +378,7 @@ def test_prefilter_is_a_superset_of_the_rules_on_generated_lines(parts: list[str
     line = "".join(parts).replace("\n", " ")
     data = line.encode("utf-8", "surrogateescape")
     if _changed_by_the_redactor(data):
-        assert redact.secret_line_starts(data), line
+        assert secret_prefilter.secret_line_starts(data), line
 
 
 def test_log_bytes_equals_redacting_every_line() -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from oomdoctor.base.errors import InputError
 from oomdoctor.base.units import GIB, gib_text
 from oomdoctor.memory import budget
-from oomdoctor.memory.budget import Derived, Step
+from oomdoctor.memory.derivation import Derived, Step
 from oomdoctor.memory.gpus import gpu_table
 from oomdoctor.report.render.text import step_value as format_step_value
 

@@ -135,8 +135,8 @@ def strip_ansi(text: str) -> str:
     return _ANSI_RE.sub("", text)
 
 
-def split_prefix(raw: str) -> Stripped:
-    """Strip every known prefix from one raw line; return the message with its rank and time."""
+def _as_shown(raw: str) -> str:
+    """One raw line as a terminal shows it: no colour codes, no carriage return, no newline."""
     text = strip_ansi(raw)
     if text.endswith("^M"):
         # A carriage return shown as caret text (cat -v, an editor) and pasted as such.
@@ -145,7 +145,12 @@ def split_prefix(raw: str) -> Stripped:
         # tqdm redraws with CR; what a terminal shows is the last non-empty segment.
         segments = [s for s in text.split("\r") if s.strip()]
         text = segments[-1] if segments else ""
-    text = text.rstrip("\n")
+    return text.rstrip("\n")
+
+
+def split_prefix(raw: str) -> Stripped:
+    """Strip every known prefix from one raw line; return the message with its rank and time."""
+    text = _as_shown(raw)
     ranks: list[str] = []
     ts: str | None = None
     svc: str | None = None

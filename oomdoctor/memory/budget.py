@@ -1,15 +1,18 @@
-"""Memory arithmetic: every budget formula of DESIGN §1, each result carrying its derivation.
+"""Memory arithmetic: the budget formulas of DESIGN §1 the advice applies, each result carrying its derivation.
 
-All sizes are int bytes; fractions are floats. A ``Derived`` value keeps the steps that produced it
-so that reports can print the working next to every recommended number.
+All sizes are int bytes; fractions are floats. A ``Derived`` value (``derivation``) keeps the steps
+that produced it so that reports can print the working next to every recommended number. The
+allocator arithmetic on an OOM message is ``oom_arithmetic``'s, the figures facts derive from log
+lines ``log_figures``'.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.units import GIB, MIB, ceil_to, floor_to, format_bytes, gib_text
+from oomdoctor.memory.derivation import Derived, Step
 
 if TYPE_CHECKING:
     from typing import Any
@@ -24,65 +27,6 @@ DEFAULT_KV_FLOOR_BYTES = 1 * GIB
 # allocator bookkeeping, and with TP > 1 NCCL's buffers. SGLang's pre = capacity - these (- others).
 CUDA_CONTEXT_BYTES = 600 * MIB
 NCCL_BYTES = 512 * MIB
-
-# Allocator arithmetic on a PyTorch OOM message (DESIGN §2, classes fragmentation and foreign_process).
-# Reserved-but-unallocated memory is the caching allocator's normal slack (freed blocks it keeps for
-# reuse, rounded to 2 MiB / 20 MiB segments); it is *fragmentation* only when it is material for the
-# card: at least 2% of its capacity, or 2 GiB, whichever is smaller (1 GiB when the capacity is
-# unknown). Below that, expandable segments give back less than one step of a typical batch or
-# chunk setting, so the fix that matters is the activation budget, not the allocator.
-# No CUDA/ROCm/NPU device an inference server runs on has less memory than this (the smallest laptop
-# and edge GPUs have 2-4 GiB): a request below it cannot be larger than the card, whatever the card.
-SMALLEST_SERVING_GPU_BYTES = 2 * GIB
-FRAGMENTATION_MATERIAL_SHARE = 0.02
-FRAGMENTATION_MATERIAL_CAP_BYTES = 2 * GIB
-FRAGMENTATION_MATERIAL_UNKNOWN_CARD_BYTES = 1 * GIB
-# Memory an inference process holds outside PyTorch's allocator: CUDA context (0.3-1 GiB), NCCL
-# communicators and custom all-reduce buffers (up to ~1.5 GiB), cuBLAS/cuDNN workspaces. Above this,
-# plus a 5% margin of the card, memory no figure of the message accounts for belongs to another tenant.
-NON_PYTORCH_OVERHEAD_MAX_BYTES = 4 * GIB
-UNACCOUNTED_MARGIN_SHARE = 0.05
-# With the message's own "this process has X" figure the overhead is inside X; what is left beyond the
-# driver's own reservation (~0.5 GiB) and 1.5 GiB of slack is another tenant's.
-OTHERS_WITH_SELF_FIGURE_MIN_BYTES = 2 * GIB
-
-
-def fragmentation_material_bytes(capacity_bytes: int | None) -> int:
-    """The reserved-but-unallocated memory that counts as fragmentation on this card."""
-    if not capacity_bytes:
-        return FRAGMENTATION_MATERIAL_UNKNOWN_CARD_BYTES
-    return min(int(capacity_bytes * FRAGMENTATION_MATERIAL_SHARE), FRAGMENTATION_MATERIAL_CAP_BYTES)
-
-
-def unaccounted_bytes(capacity: int, free: int, pytorch_reserved: int, this_process: int | None) -> tuple[int, int]:
-    """(memory no figure of the OOM message accounts for, the threshold above which it is another tenant)."""
-    if this_process:
-        return capacity - free - this_process, OTHERS_WITH_SELF_FIGURE_MIN_BYTES
-    return capacity - free - pytorch_reserved, NON_PYTORCH_OVERHEAD_MAX_BYTES + int(capacity * UNACCOUNTED_MARGIN_SHARE)
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One line of working: what was computed, the formula with numbers, and the result."""
-
-    step: str
-    formula: str
-    value: float | int | str | None
-    # What the value is: "bytes", "fraction", "tokens", "count", "ratio", "mib", "text" (UNITS);
-    # every step says it, so no renderer guesses a unit from a number's size.
-    unit: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"step": self.step, "formula": self.formula, "value": self.value, "unit": self.unit}
-
-
-@dataclass(frozen=True, slots=True)
-class Derived:
-    """A computed number and how it was computed."""
-
-    value: Any
-    steps: tuple[Step, ...] = field(default_factory=tuple)
-
 
 _g = gib_text
 
@@ -383,11 +327,8 @@ def describe(n_bytes: int | None) -> str:
     """Bytes for a sentence."""
     return format_bytes(n_bytes)
 
-
 __all__ = [
     "GIB",
-    "Derived",
-    "Step",
     "Window",
     "ceil_to",
     "choose_in_window",
@@ -457,92 +398,6 @@ def vllm_lowered_util(util: float, total_bytes: int, shortfall_bytes: int, margi
     """u lowered so (1-u)*total grows by the shortfall plus a margin."""
     return lowered_fraction(util, total_bytes, shortfall_bytes, margin_bytes, "u", "total")
 
-
-# --- Fact arithmetic: the sums and differences the fact builders derive from log figures ------------
-
-
-def sglang_pre_bytes_from_load_end(avail_bytes: int, mem_usage_bytes: int) -> Derived:
-    """Free memory before weights, implied by "Load weight end ... avail mem=A, mem usage=U" (U = pre - A)."""
-    pre = avail_bytes + mem_usage_bytes
-    return Derived(pre, (Step("pre from the load-end line", "avail mem + mem usage", pre, "bytes"),))
-
-
-def sglang_weights_derivation(pre_bytes: int, post_bytes: int) -> Derived:
-    """Weights W = pre - post, with the step that shows it."""
-    weights = sglang_weights_bytes(pre_bytes, post_bytes)
-    return Derived(weights, (Step("weights W = pre - post", f"{_g(pre_bytes)} - {_g(post_bytes)}", weights, "bytes"),))
-
-
-def sglang_startup_foreign_bytes(capacity_bytes: int, pre_bytes: int, init_bytes: int) -> Derived:
-    """Memory held before weights by others: capacity - pre - init - CUDA context, never negative (the step keeps the raw figure)."""
-    foreign = capacity_bytes - pre_bytes - init_bytes - CUDA_CONTEXT_BYTES
-    formula = f"capacity {capacity_bytes / GIB:.2f} - pre {pre_bytes / GIB:.2f} - init {init_bytes / GIB:.2f} - context {_g(CUDA_CONTEXT_BYTES)}"
-    return Derived(max(foreign, 0), (Step("memory held before weights by others", formula, foreign, "bytes"),))
-
-
-def shortfall_bytes(requested_bytes: int, free_bytes: int) -> Derived:
-    """What the failed allocation lacked: requested - free, never negative (the step keeps the raw figure)."""
-    shortfall = requested_bytes - free_bytes
-    return Derived(max(shortfall, 0), (Step("shortfall", "requested - free", shortfall, "bytes"),))
-
-
-def reclaimable_bytes(free_bytes: int, reserved_unallocated_bytes: int) -> int:
-    """Memory an allocation could have had: free on the card plus the allocator's reserved-but-unallocated."""
-    return free_bytes + reserved_unallocated_bytes
-
-
-def unaccounted_derivation(
-    capacity_bytes: int, free_bytes: int, allocated_bytes: int | None, reserved_unallocated_bytes: int | None, this_process_bytes: int | None
-) -> tuple[Derived, int, int]:
-    """(memory no figure of the OOM message accounts for, never negative; the raw figure; the threshold for another tenant)."""
-    pytorch_reserved = (allocated_bytes or 0) + (reserved_unallocated_bytes or 0)
-    others, threshold = unaccounted_bytes(capacity_bytes, free_bytes, pytorch_reserved, this_process_bytes)
-    step = Step("memory no figure of the message accounts for", "capacity - free - (this process, else PyTorch allocated + reserved-unallocated)", others, "bytes")
-    return Derived(max(others, 0), (step,)), others, threshold
-
-
-def processes_bytes(used_bytes: list[int | None]) -> int:
-    """Memory held by a set of processes: the sum of their used bytes (an unknown size counts as 0)."""
-    return sum(b or 0 for b in used_bytes)
-
-
-def nvml_other_used_bytes(gpu_used_bytes: int, server_used_bytes: list[int | None]) -> int:
-    """Memory NVML shows in use on a GPU beyond the server's own processes."""
-    return gpu_used_bytes - processes_bytes(server_used_bytes)
-
-
-def unbalanced_gap_bytes(local_free_bytes: int, min_free_bytes: int) -> int:
-    """How much more free memory this rank had than the emptiest one (SGLang's unbalanced-memory check)."""
-    return local_free_bytes - min_free_bytes
-
-
-def kv_cell_bytes(kv_bytes: int, tokens: int) -> int:
-    """Per-token KV bytes of a pool or request: its bytes over its tokens, rounded down."""
-    return kv_bytes // tokens
-
-
-def vllm_total_bytes_from_budget(requested_bytes: int, util: float) -> Derived:
-    """Total GPU memory from vLLM's requested budget u*total and u."""
-    total = round(requested_bytes / util)
-    return Derived(total, (Step("total GPU memory", "requested u*total / u", total, "bytes"),))
-
-
-def vllm_non_kv_bytes_from_profile(weights_bytes: int, activation_peak_bytes: int, non_torch_bytes: int) -> Derived:
-    """vLLM's non-KV memory from its profile: weights + activation peak + non-torch."""
-    non_kv = weights_bytes + activation_peak_bytes + non_torch_bytes
-    return Derived(non_kv, (Step("non-KV memory", "weights + activation peak + non-torch", non_kv, "bytes"),))
-
-
-def vllm_non_kv_bytes_from_kv(total_bytes: int, util: float, kv_bytes: int) -> Derived:
-    """vLLM's non-KV memory from its KV figure: u*total - available KV."""
-    non_kv = round(total_bytes * util) - kv_bytes
-    return Derived(non_kv, (Step("non-KV memory", "u*total - available KV", non_kv, "bytes"),))
-
-
-def vllm_startup_free_deficit_bytes(requested_bytes: int, free_at_start_bytes: int) -> Derived:
-    """How far free memory at startup fell short of the requested u*total."""
-    deficit = requested_bytes - free_at_start_bytes
-    return Derived(deficit, (Step("requested u*total minus free at start", "requested - free", deficit, "bytes"),))
 
 
 # --- One feasibility check for every recommendation ---------------------------------------------------

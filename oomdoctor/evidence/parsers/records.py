@@ -120,6 +120,42 @@ class RecordParser:
     def _open_record(self, line: Line, opened_by: str) -> None:
         self._open[line.ref.rank] = {"refs": [line.ref], "frames": [], "chain": [], "opened_by": opened_by}
 
+    def _after_exception_line(self, line: Line, rec: dict, stripped: str, out: list[Event]) -> bool:
+        """The line after a record's exception line; True when it belongs to the record.
+
+        The record stays open for one more line: a chain header ("During handling of the above
+        exception") continues it, a blank line is passed over, anything else closes it (into ``out``)
+        and is then read as a line of its own.
+        """
+        if _CHAIN_RE.search(line.msg):
+            rec["chain"].append(rec.pop("ended"))
+            rec["chaining"] = True
+            rec["refs"][1:] = [line.ref]
+            return True
+        if not stripped:
+            return True
+        name, text, ref = rec.pop("ended")
+        out.extend(self._emit(line.ref.rank, True, name, text, ref))
+        return False
+
+    def _open_worker_method(self, line: Line, wm: re.Match[str], rec: dict | None, out: list[Event]) -> None:
+        """The header of a worker's failure without its message: a record whose only frame is the method."""
+        if rec is not None:
+            out.extend(self._emit(line.ref.rank, complete=False))
+        self._open_record(line, "worker_method")
+        self._open[line.ref.rank]["frames"].append(("<method>", wm.group("method") or wm.group("method2")))
+
+    def _open_hit_exception(self, line: Line, hit: re.Match[str], rec: dict | None, out: list[Event]) -> None:
+        """An engine's "X hit an exception:" header opens a record (closing an open one as cut)."""
+        if rec is not None:
+            out.extend(self._emit(line.ref.rank, complete=False))
+        self._open_record(line, "hit_exception")
+        rest = hit.group("rest").strip()
+        em = _EXC_LINE_RE.match(rest) if rest else None
+        if em:
+            # "X hit an exception: RuntimeError: ..." on one line: a whole (frameless) record.
+            out.extend(self._emit(line.ref.rank, True, em.group("name"), em.group("msg"), line.ref))
+
     def feed(self, line: Line) -> list[Event]:
         out: list[Event] = []
         msg = line.msg
@@ -127,26 +163,13 @@ class RecordParser:
         rec = self._open.get(rank)
         stripped = msg.strip()
         if rec is not None and rec.get("ended") is not None:
-            # A record whose exception line was read stays open for one more line: a chain header
-            # ("During handling of the above exception") continues it, anything else closes it.
-            if _CHAIN_RE.search(msg):
-                rec["chain"].append(rec.pop("ended"))
-                rec["chaining"] = True
-                rec["refs"][1:] = [line.ref]
+            if self._after_exception_line(line, rec, stripped, out):
                 return out
-            if not stripped:
-                return out
-            name, text, ref = rec.pop("ended")
-            out.extend(self._emit(rank, True, name, text, ref))
             rec = None
         if "method" in msg:
             wm = _WORKER_METHOD_RE.search(msg)
             if wm and not _OOM_TEXT_RE.search(msg):
-                # The header of a worker's failure without its message: a record whose only frame is the method.
-                if rec is not None:
-                    out.extend(self._emit(rank, complete=False))
-                self._open_record(line, "worker_method")
-                self._open[rank]["frames"].append(("<method>", wm.group("method") or wm.group("method2")))
+                self._open_worker_method(line, wm, rec, out)
                 return out
         if "File " in msg and msg.count('File "') > 1:
             joined = FRAME_ANYWHERE.findall(msg)
@@ -181,14 +204,7 @@ class RecordParser:
         if "hit an exception" in msg:
             hit = _HIT_RE.search(msg)
             if hit:
-                if rec is not None:
-                    out.extend(self._emit(rank, complete=False))
-                self._open_record(line, "hit_exception")
-                rest = hit.group("rest").strip()
-                em = _EXC_LINE_RE.match(rest) if rest else None
-                if em:
-                    # "X hit an exception: RuntimeError: ..." on one line: a whole (frameless) record.
-                    out.extend(self._emit(rank, True, em.group("name"), em.group("msg"), line.ref))
+                self._open_hit_exception(line, hit, rec, out)
                 return out
         if rec is not None and rec["frames"] and msg.startswith("    ") and not stripped.startswith(("^", "~", "File ")):
             callees = _CALLEE_RE.findall(stripped)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.base.evidence import LineRef
 from oomdoctor.inference.facts.store import Facts
-from oomdoctor.memory import budget
+from oomdoctor.memory import log_figures
 
 if TYPE_CHECKING:
     from typing import Any
@@ -62,10 +62,10 @@ def _gpus_facts(f: Facts, item: dict[str, Any], ref: LineRef) -> None:
         if not servers and procs and any(p.get("status") == "ok" for p in procs):
             continue  # no server on this GPU: its tenants are not this incident's
         others = [p for p in procs if not p.get("is_server") and p.get("status") == "ok"]
-        foreign_bytes += budget.processes_bytes([p.get("used_bytes") for p in others])
+        foreign_bytes += log_figures.processes_bytes([p.get("used_bytes") for p in others])
         foreign_pids += [p["pid"] for p in others]
         if g.get("used_bytes") is not None and servers:
-            occupied = max(occupied, budget.nvml_other_used_bytes(g["used_bytes"], [p.get("used_bytes") for p in servers]))
+            occupied = max(occupied, log_figures.nvml_other_used_bytes(g["used_bytes"], [p.get("used_bytes") for p in servers]))
         if g.get("total_bytes") and servers:
             f.offer("capacity_bytes", g["total_bytes"], ref, source="nvml")
     f.set("collected_foreign_process_bytes", foreign_bytes, ref)

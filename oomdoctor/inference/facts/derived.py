@@ -8,8 +8,8 @@ from oomdoctor.base.units import GIB, gib_text
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.inference.facts.common import first
 from oomdoctor.inference.facts.store import Facts
-from oomdoctor.memory import budget
-from oomdoctor.memory.budget import Derived, Step
+from oomdoctor.memory import budget, log_figures, oom_arithmetic
+from oomdoctor.memory.derivation import Derived, Step
 from oomdoctor.memory.gpus import likely_gpu
 
 # Memory on the GPU before SGLang loaded weights, beyond its own context and NCCL, that points to
@@ -24,7 +24,7 @@ def allocator_facts(f: Facts, refs: tuple[LineRef, ...]) -> None:
     requested, unalloc, capacity, free = f.get("requested_bytes"), f.get("reserved_unallocated_bytes"), f.get("capacity_bytes"), f.get("free_bytes")
     plausible = False
     if requested is not None and unalloc is not None:
-        material = budget.fragmentation_material_bytes(capacity)
+        material = oom_arithmetic.fragmentation_material_bytes(capacity)
         plausible = unalloc >= requested and unalloc >= material
         f.set("fragmentation_material_bytes", material)
         if requested > 0:
@@ -32,12 +32,12 @@ def allocator_facts(f: Facts, refs: tuple[LineRef, ...]) -> None:
     f.set("fragmentation_plausible", plausible, *refs)
     if requested is not None and capacity:
         f.set("request_exceeds_card", requested > capacity, *refs)
-    elif requested is not None and requested < budget.SMALLEST_SERVING_GPU_BYTES:
+    elif requested is not None and requested < oom_arithmetic.SMALLEST_SERVING_GPU_BYTES:
         # The message was cut before the card's size, but no GPU a server runs on is this small.
         f.set("request_exceeds_card", False, *refs)
     allocated = f.get("allocated_bytes")
     if capacity and free is not None and (allocated is not None or f.get("this_process_bytes")):
-        unaccounted, others, threshold = budget.unaccounted_derivation(capacity, free, allocated, unalloc, f.get("this_process_bytes"))
+        unaccounted, others, threshold = oom_arithmetic.unaccounted_derivation(capacity, free, allocated, unalloc, f.get("this_process_bytes"))
         f.set("unaccounted_bytes", unaccounted.value, *refs, derivation=unaccounted)
         f.set("unaccounted_threshold_bytes", threshold)
         f.set("unaccounted_tenant", others > threshold and (f.get("shortfall_bytes") or 0) <= others, *refs)
@@ -48,7 +48,7 @@ def budget_facts(f: Facts) -> None:
     pre, post, mfs = f.get("pre_bytes"), f.get("post_bytes"), f.get("mem_fraction_static")
     refs = tuple(r for r in (f.ref("pre_bytes"), f.ref("post_bytes"), f.ref("mem_fraction_static")) if r)
     if pre and post is not None:
-        weights = budget.sglang_weights_derivation(pre, post)
+        weights = log_figures.sglang_weights_derivation(pre, post)
         f.offer("weights_bytes", weights.value, *refs[:2], source="sglang_budget", derivation=weights)
         f.set("weights_share_of_pre", round(weights.value / pre, 4), *refs[:2])
         if mfs is not None:
@@ -103,7 +103,7 @@ def foreign_facts(f: Facts, events: list[Event]) -> None:
     unbalanced = first(events, sg.KIND_UNBALANCED)
     f.set("unbalanced_memory", unbalanced is not None, unbalanced.ref if unbalanced else None)
     if unbalanced is not None and unbalanced.get("local_free_bytes") and unbalanced.get("min_free_bytes") is not None:
-        f.set("unbalanced_gap_bytes", budget.unbalanced_gap_bytes(unbalanced.get("local_free_bytes"), unbalanced.get("min_free_bytes")), unbalanced.ref)
+        f.set("unbalanced_gap_bytes", log_figures.unbalanced_gap_bytes(unbalanced.get("local_free_bytes"), unbalanced.get("min_free_bytes")), unbalanced.ref)
     capacity, pre = f.get("capacity_bytes"), f.get("pre_bytes")
     if capacity and pre and pre > capacity:
         # Free memory above the card's total: one of the two figures is wrong (another card's line,
@@ -112,7 +112,7 @@ def foreign_facts(f: Facts, events: list[Event]) -> None:
         note = f"pre {gib_text(pre)} > capacity {gib_text(capacity)}"
         f.set("implausible_values", (*listed, note), f.ref("pre_bytes"), f.ref("capacity_bytes"))
     if capacity and pre:
-        foreign = budget.sglang_startup_foreign_bytes(capacity, pre, f.get("init_mem_usage_bytes") or 0)
+        foreign = log_figures.sglang_startup_foreign_bytes(capacity, pre, f.get("init_mem_usage_bytes") or 0)
         f.set("startup_foreign_bytes", foreign.value, f.ref("capacity_bytes"), f.ref("pre_bytes"), derivation=foreign)
 
 
@@ -135,7 +135,7 @@ def _process_list_facts(f: Facts) -> None:
         f.set("process_identity_known", False)
         f.set("assumed_self_pid", processes[0].pid)
     f.set("foreign_process_count", len(others), f.ref("process_list"))
-    f.set("foreign_process_bytes", budget.processes_bytes([p.used_bytes for p in others]), f.ref("process_list"))
+    f.set("foreign_process_bytes", log_figures.processes_bytes([p.used_bytes for p in others]), f.ref("process_list"))
     f.set("foreign_pids", tuple(p.pid for p in others if p.pid is not None))
 
 

@@ -8,7 +8,7 @@ from oomdoctor.base.evidence import Event, LineRef
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.inference.facts.common import first, min_event, occurrences, timeline_stage
 from oomdoctor.inference.facts.store import PRECEDENCE, Facts
-from oomdoctor.memory import budget
+from oomdoctor.memory import log_figures
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -77,7 +77,7 @@ def _load_facts(f: Facts, events: list[Event]) -> list[Event]:
         f.set("pre_bytes", begin.get("avail_bytes"), begin.ref)
     elif end is not None and end.get("mem_usage_bytes") is not None:
         # "Load weight end ... avail mem=A, mem usage=U" with U = before - A: the begin line is implied.
-        pre = budget.sglang_pre_bytes_from_load_end(end.get("avail_bytes"), end.get("mem_usage_bytes"))
+        pre = log_figures.sglang_pre_bytes_from_load_end(end.get("avail_bytes"), end.get("mem_usage_bytes"))
         f.set("pre_bytes", pre.value, end.ref, derivation=pre)
     elif legacy is not None:
         f.set("pre_bytes", legacy.get("pre_bytes"), legacy.ref)
@@ -115,7 +115,7 @@ def _pool_facts(f: Facts, events: list[Event]) -> None:
     if tokens:
         f.set("kv_pool_tokens", tokens, target.ref)
         if target.get("kv_bytes"):
-            f.offer("cell_bytes", budget.kv_cell_bytes(target.get("kv_bytes"), tokens), target.ref, source=sg.KIND_KV_ALLOCATED)
+            f.offer("cell_bytes", log_figures.kv_cell_bytes(target.get("kv_bytes"), tokens), target.ref, source=sg.KIND_KV_ALLOCATED)
 
 
 def _summary_facts(f: Facts, events: list[Event], first_i: int) -> None:

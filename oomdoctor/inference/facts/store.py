@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.base.evidence import Event, LineRef
 from oomdoctor.inference import catalogue
-from oomdoctor.memory.budget import Derived
+from oomdoctor.memory.derivation import Derived
 
 if TYPE_CHECKING:
     from typing import Any

@@ -6,7 +6,7 @@ from oomdoctor.base.evidence import Event
 from oomdoctor.evidence.parsers import torch_oom as tt
 from oomdoctor.inference.facts.derived import allocator_facts
 from oomdoctor.inference.facts.store import PRECEDENCE, Facts
-from oomdoctor.memory import budget
+from oomdoctor.memory import oom_arithmetic
 
 # The message's figures, in the order they are set; those that other sources give too are ranked in PRECEDENCE.
 _MESSAGE_FIGURES = (
@@ -72,10 +72,10 @@ def _message_facts(f: Facts, oom: Event) -> None:
             f.set("this_process_bytes", selfs[0].used_bytes, *refs)
     requested, free, unalloc = f.get("requested_bytes"), f.get("free_bytes"), f.get("reserved_unallocated_bytes")
     if requested is not None and free is not None:
-        shortfall = budget.shortfall_bytes(requested, free)
+        shortfall = oom_arithmetic.shortfall_bytes(requested, free)
         f.set("shortfall_bytes", shortfall.value, *refs, derivation=shortfall)
     if free is not None and unalloc is not None:
-        f.set("reclaimable_bytes", budget.reclaimable_bytes(free, unalloc), *refs)
+        f.set("reclaimable_bytes", oom_arithmetic.reclaimable_bytes(free, unalloc), *refs)
     allocator_facts(f, refs)
     frame_stage = oom.get("stage", "unknown")
     timeline = f.get("timeline_stage", "unknown")

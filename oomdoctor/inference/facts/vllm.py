@@ -11,7 +11,7 @@ from oomdoctor.evidence.parsers import vllm as vl
 from oomdoctor.inference.facts.common import allocator_failed, first, last_value
 from oomdoctor.inference.facts.derived import vllm_window
 from oomdoctor.inference.facts.store import Facts
-from oomdoctor.memory import budget
+from oomdoctor.memory import log_figures
 
 # (value key, fact) of the argument and engine-config lines.
 _CONFIG_FACTS = (
@@ -117,27 +117,27 @@ def _derived_profile_facts(f: Facts, events: list[Event]) -> None:
     if gpu_blocks is not None:
         f.offer("kv_capacity_tokens", gpu_blocks * (f.get("block_size") or DEFAULT_BLOCK_SIZE), source=vl.KIND_GPU_BLOCKS)
     if f.get("requested_budget_bytes") and f.get("gpu_memory_utilization"):
-        total = budget.vllm_total_bytes_from_budget(f.get("requested_budget_bytes"), f.get("gpu_memory_utilization"))
+        total = log_figures.vllm_total_bytes_from_budget(f.get("requested_budget_bytes"), f.get("gpu_memory_utilization"))
         f.offer("capacity_bytes", total.value, f.ref("requested_budget_bytes"), source="vllm_budget_over_util", derivation=total)
     if all(k in f.values for k in ("weights_bytes", "activation_peak_bytes", "non_torch_bytes")):
-        non_kv = budget.vllm_non_kv_bytes_from_profile(f.get("weights_bytes"), f.get("activation_peak_bytes"), f.get("non_torch_bytes"))
+        non_kv = log_figures.vllm_non_kv_bytes_from_profile(f.get("weights_bytes"), f.get("activation_peak_bytes"), f.get("non_torch_bytes"))
         f.offer("non_kv_bytes", non_kv.value, f.ref("weights_bytes"), source="vllm_profile_sum", derivation=non_kv)
     total, util, kv = f.get("capacity_bytes"), f.get("gpu_memory_utilization"), f.get("kv_budget_bytes")
     if total and util is not None and kv is not None:
-        non_kv = budget.vllm_non_kv_bytes_from_kv(total, util, kv)
+        non_kv = log_figures.vllm_non_kv_bytes_from_kv(total, util, kv)
         f.offer("non_kv_bytes", non_kv.value, f.ref("kv_budget_bytes"), source="vllm_budget_minus_kv", derivation=non_kv)
     if f.get("kv_needed_bytes") and f.get("max_model_len"):
-        cell = budget.kv_cell_bytes(f.get("kv_needed_bytes"), f.get("max_model_len"))
+        cell = log_figures.kv_cell_bytes(f.get("kv_needed_bytes"), f.get("max_model_len"))
         f.offer("cell_bytes", cell, f.ref("kv_needed_bytes"), source="vllm_kv_needed")
     elif kv and f.get("kv_capacity_tokens") and kv > 0:
-        cell = budget.kv_cell_bytes(kv, f.get("kv_capacity_tokens"))
+        cell = log_figures.kv_cell_bytes(kv, f.get("kv_capacity_tokens"))
         f.offer("cell_bytes", cell, f.ref("kv_capacity_tokens"), source="vllm_kv_budget")
 
 
 def _startup_error_facts(f: Facts, events: list[Event]) -> None:
     free_less = first(events, vl.KIND_FREE_LESS)
     if free_less is not None:
-        deficit = budget.vllm_startup_free_deficit_bytes(free_less.get("requested_bytes"), free_less.get("free_at_start_bytes"))
+        deficit = log_figures.vllm_startup_free_deficit_bytes(free_less.get("requested_bytes"), free_less.get("free_at_start_bytes"))
         f.set("free_less_than_requested", True, free_less.ref)
         f.set("startup_free_deficit_bytes", deficit.value, free_less.ref, derivation=deficit)
     else:

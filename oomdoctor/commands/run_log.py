@@ -1,0 +1,253 @@
+"""RUN/server.log of `oomdoctor run`: whole lines redacted in flight by a writer thread, bounded to the first and the last ``keep`` bytes."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import queue
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO, cast
+
+from oomdoctor.commands.run_pumps import READ_BYTES
+from oomdoctor.input.files import OWN_HIDDEN_PREFIX
+
+if TYPE_CHECKING:
+    from oomdoctor.input.redact import Redactor
+
+# Chunks waiting for the log writer; when it falls this far behind, the pumps (and so the server) wait.
+QUEUE_CHUNKS = 16
+
+
+def _open_unbuffered(path: Path, mode: str) -> BinaryIO:
+    """Unbuffered, so that a full disk shows at the write that hit it, not at a later flush."""
+    return cast(BinaryIO, open(path, mode, buffering=0))
+
+
+class BoundedLog:
+    """RUN/server.log bounded to the first ``keep`` bytes and a ring of the last ``keep`` bytes.
+
+    The head is written straight to the log; once it is full, later bytes go to a ring file of
+    ``keep`` bytes beside it, written in a circle. ``close`` appends one marker line saying how much
+    was dropped, then the ring in order (from its first whole line), and removes the ring file. A
+    write that fails (disk full, read-only file system, log removed) stops the recording: the
+    recorder keeps passing the output through and ``on_error`` is called once with the reason.
+    """
+
+    def __init__(self, path: Path, keep: int, on_error: Callable[[str], None], opener: Callable[[Path, str], BinaryIO] | None = None) -> None:
+        opener = opener or _open_unbuffered
+        self.path, self.keep, self.on_error, self._open = path, max(keep, 1), on_error, opener
+        self.head = opener(path, "xb")
+        self.written = 0  # bytes offered, in all
+        self.ring: BinaryIO | None = None
+        self.ring_pos = 0
+        self.ring_full = False
+        self.failed: str | None = None
+
+    def _fail(self, exc: OSError) -> None:
+        if self.failed is None:
+            self.failed = exc.strerror or str(exc)
+            self.on_error(f"oomdoctor: cannot write {self.path} ({self.failed}); the server's output still passes through, the log stops here")
+
+    def write(self, data: bytes) -> None:
+        if self.failed is not None or not data:
+            return
+        try:
+            room = self.keep - self.written
+            if room > 0:
+                part = data[:room]
+                self.head.write(part)
+                self.written += len(part)
+                data = data[len(part) :]
+            if data:
+                self._ring_write(data)
+        except OSError as exc:
+            self._fail(exc)
+
+    def _ring_write(self, data: bytes) -> None:
+        if self.ring is None:
+            self.ring = self._open(self.path.with_name(f"{OWN_HIDDEN_PREFIX}-{self.path.name}.ring"), "w+b")
+        self.written += len(data)
+        if len(data) >= self.keep:
+            data = data[-self.keep :]
+            self.ring.seek(0)
+            self.ring.write(data)
+            self.ring_pos, self.ring_full = 0, True
+            return
+        while data:
+            n = min(len(data), self.keep - self.ring_pos)
+            self.ring.seek(self.ring_pos)
+            self.ring.write(data[:n])
+            data = data[n:]
+            self.ring_pos += n
+            if self.ring_pos == self.keep:
+                self.ring_pos, self.ring_full = 0, True
+
+    def dropped(self) -> int:
+        """Bytes between the head and the ring that the log does not hold."""
+        return max(0, self.written - 2 * self.keep)
+
+    def close(self) -> None:
+        ring, self.ring = self.ring, None
+        try:
+            if ring is not None and self.failed is None:
+                ring.flush()
+                # The ring in order: from the oldest byte to its end, then from its start.
+                pos = self.ring_pos
+                spans = [(pos, self.keep - pos), (0, pos)] if self.ring_full else [(0, pos)]
+                dropped = self.dropped()
+                if dropped:
+                    skip = _first_line_end(ring, spans)  # start the kept tail at a whole line
+                    dropped += skip
+                    spans = _after(spans, skip)
+                    self.head.write(
+                        f"\n[oomdoctor run: {dropped} bytes ({dropped / 1e6:.1f} MB) of server output dropped here; "
+                        f"server.log keeps the first and the last {self.keep / 1e6:g} MB (--keep-mb)]\n".encode()
+                    )
+                for offset, size in spans:
+                    _copy(ring, self.head, offset, size)
+        except OSError as exc:
+            self._fail(exc)
+        finally:
+            if ring is not None:
+                with contextlib.suppress(OSError):
+                    ring.close()
+                with contextlib.suppress(OSError):
+                    self.path.with_name(f"{OWN_HIDDEN_PREFIX}-{self.path.name}.ring").unlink()
+            try:
+                self.head.close()
+            except OSError as exc:
+                self._fail(exc)
+
+
+_BLOCK = 1 << 20
+
+
+def _first_line_end(f: BinaryIO, spans: list[tuple[int, int]]) -> int:
+    """Bytes of ``spans`` of ``f`` up to and including the first newline; 0 when none or when it is the last byte."""
+    total = sum(size for _, size in spans)
+    seen = 0
+    for offset, size in spans:
+        for at in range(offset, offset + size, _BLOCK):
+            f.seek(at)
+            block = f.read(min(_BLOCK, offset + size - at))
+            nl = block.find(b"\n")
+            if nl >= 0:
+                end = seen + nl + 1
+                return end if end < total else 0
+            seen += len(block)
+    return 0
+
+
+def _after(spans: list[tuple[int, int]], skip: int) -> list[tuple[int, int]]:
+    """``spans`` without their first ``skip`` bytes."""
+    out = []
+    for offset, size in spans:
+        cut = min(skip, size)
+        skip -= cut
+        if size > cut:
+            out.append((offset + cut, size - cut))
+    return out
+
+
+def _copy(src: BinaryIO, dst: BinaryIO, offset: int, size: int) -> None:
+    """Append ``size`` bytes of ``src`` from ``offset`` to ``dst``: in the kernel (copy_file_range) where both are files, else in 1 MiB blocks."""
+    try:
+        fds: tuple[int, int] | None = (src.fileno(), dst.fileno())
+    except (OSError, ValueError):  # io.UnsupportedOperation is both: not a real file (tests)
+        fds = None
+    if fds is not None and hasattr(os, "copy_file_range"):
+        try:
+            while size > 0:
+                n = os.copy_file_range(fds[0], fds[1], size, offset)
+                if n <= 0:
+                    break
+                offset, size = offset + n, size - n
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM):
+                raise
+        if size <= 0:
+            return
+    while size > 0:
+        src.seek(offset)
+        block = src.read(min(_BLOCK, size))
+        if not block:
+            return
+        dst.write(block)
+        offset, size = offset + len(block), size - len(block)
+
+
+class LogTee:
+    """What the pumps hand RUN/server.log: whole lines in the order they completed, redacted in flight, written by a thread of its own.
+
+    ``put`` only queues the chunk, so the pumps go back to the child's pipes at once. With a
+    ``redactor``, each stream's chunks are cut at their last newline and the unfinished line is carried
+    to that stream's next chunk, so every line is redacted whole (``Redactor.log_bytes``: the prefilter
+    finds the few lines that can hold a secret, one redactor for the whole run keeps PEM blocks that
+    span lines and chunks). Each stream keeps its own unfinished line, so the log holds whole lines in
+    the order they were completed: a line the other stream cut in two on the terminal is whole in the
+    log, and a secret split around such a write is still redacted (a fresh-eyes review found the
+    earlier arrival-order flush writing one in clear). A line longer than ``READ_BYTES`` is redacted in
+    pieces of that size (the post-exit pass this replaces read lines the same way). ``close`` writes
+    what is left and closes the log. If redaction itself ever failed, the log would stop there rather
+    than take a line unredacted.
+    """
+
+    def __init__(self, log: BoundedLog, redactor: Redactor | None) -> None:
+        self.log, self.redactor = log, redactor
+        self.carry: dict[int, bytes] = {}  # per stream: its unfinished line
+        self.broken: str | None = None
+        self.queue: queue.Queue[tuple[int, bytes] | None] = queue.Queue(maxsize=QUEUE_CHUNKS)
+        self.thread = threading.Thread(target=self._drain, name="oomdoctor-server-log", daemon=True)
+        self.thread.start()
+
+    def put(self, stream: int, chunk: bytes) -> None:
+        self.queue.put((stream, chunk))
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+        try:
+            for stream in sorted(self.carry):
+                if self.carry[stream] and self.broken is None:
+                    self._write(self.carry[stream])
+        except Exception as exc:  # noqa: BLE001 - see _drain
+            self._stop(exc)
+        self.carry = {}
+        self.log.close()
+
+    def _drain(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            if self.broken is not None:
+                continue  # keep taking chunks, so that the pumps never wait on a writer that stopped
+            try:
+                self._take(*item)
+            except Exception as exc:  # noqa: BLE001 - a bug in redaction must not stop the pass-through nor let raw lines in
+                self._stop(exc)
+
+    def _stop(self, exc: Exception) -> None:
+        self.broken = f"{type(exc).__name__}: {exc}"
+        self.log.on_error(f"oomdoctor: redacting {self.log.path} failed ({self.broken}); the log stops here, the server's output still passes through")
+        self.log.failed = self.log.failed or self.broken
+
+    def _take(self, stream: int, chunk: bytes) -> None:
+        if self.redactor is None:
+            self.log.write(chunk)
+            return
+        held = self.carry.get(stream, b"")
+        data = held + chunk if held else chunk
+        cut = data.rfind(b"\n") + 1
+        while len(data) - cut >= READ_BYTES:  # a line without end: in pieces
+            cut += READ_BYTES
+        if cut:
+            self._write(data[:cut] if cut < len(data) else data)
+        self.carry[stream] = data[cut:]
+
+    def _write(self, data: bytes) -> None:
+        assert self.redactor is not None
+        self.log.write(self.redactor.log_bytes(data))
