@@ -224,7 +224,7 @@ def _check_model(model_path: str, model: object) -> None:
 )
 @click.option("--model", "model_path", required=True, type=click.Path(), help="Model directory (config.json, model.safetensors.index.json) or a config.json.")
 @click.option("--gpu", "gpu_name", help="GPU name, e.g. H100-80GB, H200, H20, A100-40GB (see the [[gpu]] table in oomdoctor/data/gpus.toml).")
-@click.option("--gpu-mem-gib", type=float, callback=_finite, help="GPU memory in GiB instead of --gpu.")
+@click.option("--gpu-mem-gib", type=float, help="GPU memory in GiB instead of --gpu.")
 @click.option("--tp", "tp", type=click.IntRange(1, 1024), default=1, show_default=True)
 @click.option("--context-len", type=click.IntRange(1), help="Maximum context length (default: the model's).")
 @click.option("--kv-cache-dtype", default="auto", show_default=True, type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]))
