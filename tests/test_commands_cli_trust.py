@@ -154,3 +154,13 @@ def test_plan_with_a_huge_safetensors_index_falls_back_to_the_estimate(tmp_path:
     code, err, rss = measured("plan", "--model", str(tmp_path), "--gpu", "H100-80GB", "--format", "json")
     assert code in (0, 3) and "internal error" not in err, err
     assert rss < 100
+
+
+def test_triage_summary_reads_a_jsonl_export_line_by_line_with_a_cap(tmp_path: Path) -> None:
+    export = tmp_path / "issues.jsonl"
+    with open(export, "wb") as fh:
+        fh.write(b'{"title": "t", "number": 1, "body": "no oom here"}\n')
+        fh.truncate(1 << 30)  # then a 1 GiB "line" with no newline
+    code, err, rss = measured("triage", "--summary", str(export))
+    assert code == 5 and "issues.jsonl:2" in one_error(err) and "MiB cap for an issue" in err
+    assert rss < 100

@@ -28,6 +28,8 @@ from oomdoctor.report.console import warn as _warn
 from oomdoctor.report.console import write_atomic as _write
 
 if TYPE_CHECKING:  # the pipeline is imported only by the commands that run it
+    from collections.abc import Iterator
+
     from oomdoctor.commands.fleet import Options as FleetOptions
 
 EXIT_CODES_HELP = (
@@ -385,23 +387,33 @@ def _read_issue(path: str, comments: list | None = None, event: bool = False):
     return tri.Issue(title="", markdown=text)
 
 
-def _issues_from_jsonl(path: str) -> list:
-    import json
-
+def _issues_from_jsonl(path: str) -> Iterator:
+    """The issues of a JSONL export, one at a time (memory does not grow with the export); each line at most MAX_ISSUE_BYTES."""
+    from oomdoctor.base.limits import memory_budget, too_large
     from oomdoctor.commands import triage as tri
+    from oomdoctor.input.kinds import read_json
 
-    issues = []
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            for n, line in enumerate(fh, 1):
-                if line.strip():
+            n = 0
+            while True:
+                n += 1
+                with memory_budget(f"{path}:{n}", "issue"):
+                    line = fh.readline(MAX_ISSUE_BYTES + 1)
+                    if not line:
+                        return
+                    if len(line) > MAX_ISSUE_BYTES:
+                        raise InputError(too_large(f"{path}:{n}", None, MAX_ISSUE_BYTES, "an issue (one JSONL line)"))
+                    if not line.strip():
+                        continue
                     try:
-                        issues.append(tri.issue_from_json(json.loads(line)))
+                        issue = tri.issue_from_json(read_json(line, f"{path}:{n}", finite=False))
                     except (ValueError, RecursionError) as exc:
                         raise InputError(f"{path}:{n}: {exc}") from None
+                    del line
+                yield issue
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return issues
 
 
 def _triage_one(issue, threshold: float, label_prefix: str):
