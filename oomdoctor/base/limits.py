@@ -1,12 +1,97 @@
-"""Small shared guards for untrusted structured input and small-input stream transforms."""
+"""Small shared guards for untrusted structured input and small-input stream transforms.
+
+Every input that is read whole (evidence files, configs, issue bodies) has a size cap, checked before
+its bytes are read (``read_capped``), and is parsed inside ``memory_budget``: the one resource limit
+for a single input, so that no parse of a hostile file (a pickle or JSON bomb) takes the process past
+about 500 MB of RSS. Logs are not read whole: they stream in chunks of whole lines.
+"""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
+
+from oomdoctor.base.errors import InputError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
+    from types import TracebackType
     from typing import Any
+
+MIB = 1 << 20
+# What parsing one input may add to the process's address space (README "Input caps"): with the
+# interpreter and the rest of a diagnosis, the process stays under 500 MB of RSS.
+INPUT_MEMORY_BYTES = 384 * MIB
+
+
+def read_capped(path: str, max_bytes: int, what: str) -> bytes:
+    """The bytes of ``path``; InputError when it holds more than ``max_bytes`` (a file's size is checked before reading).
+
+    Reads at most ``max_bytes + 1`` bytes whatever the file is: /dev/zero, a FIFO or a file that
+    grows while it is read cannot make this read more.
+    """
+    try:
+        with open(path, "rb") as fh:
+            try:
+                size = os.fstat(fh.fileno()).st_size
+            except OSError:
+                size = 0
+            if size > max_bytes:
+                raise InputError(too_large(path, size, max_bytes, what))
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(data) > max_bytes:
+        raise InputError(too_large(path, None, max_bytes, what))
+    return data
+
+
+def too_large(path: str, size: int | None, max_bytes: int, what: str) -> str:
+    got = f" ({size / MIB:.1f} MiB)" if size is not None else ""
+    return f"{path}: larger{got} than the {max_bytes // MIB} MiB cap for {what} (README \"Input caps\"); not read"
+
+
+class memory_budget:  # used as a function: ``with memory_budget(path, what):``; contextlib stays off the start path
+    """Inside the block the process may grow its address space by at most ``max_bytes`` (Linux RLIMIT_AS).
+
+    An allocation past it raises MemoryError, which leaves the block as InputError naming the input:
+    a hostile file is refused with the limit named instead of taking the host's memory. A no-op where
+    the limit cannot be set (no /proc, no RLIMIT_AS) and inside another budget that is already tighter.
+    """
+
+    def __init__(self, path: str, what: str, max_bytes: int = INPUT_MEMORY_BYTES) -> None:
+        self.path, self.what, self.max_bytes = path, what, max_bytes
+        self.old: tuple[int, int] | None = None
+
+    def __enter__(self) -> memory_budget:
+        try:
+            import resource
+
+            with open("/proc/self/statm") as fh:
+                current = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            new = current + self.max_bytes
+            if hard != resource.RLIM_INFINITY:
+                new = min(new, hard)
+            if soft != resource.RLIM_INFINITY and soft <= new:
+                return self  # already as tight (an enclosing budget, or the user's ulimit -v)
+            resource.setrlimit(resource.RLIMIT_AS, (new, hard))
+            self.old = (soft, hard)
+        except (ImportError, OSError, ValueError, AttributeError):
+            pass
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self.old is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, self.old)
+            self.old = None
+        if exc_type is not None and issubclass(exc_type, MemoryError):
+            raise InputError(
+                f"{self.path}: reading this {self.what} needs more than {self.max_bytes // MIB} MiB of memory, "
+                "the limit for one input (README \"Input caps\"); a file built to exhaust memory, or far larger than any real one"
+            ) from None
 
 
 def nesting_depth(data: Any, limit: int) -> int:

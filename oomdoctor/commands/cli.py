@@ -20,6 +20,7 @@ from oomdoctor.base.errors import ExitCode, InputError, OomdoctorError, UsageErr
 from oomdoctor.base.outcomes import PlanFit
 from oomdoctor.commands.diagnose import latest_run_quiet as _latest_run_quiet
 from oomdoctor.commands.diagnose import refuse_outputs_among_inputs as _refuse_outputs_among_inputs
+from oomdoctor.commands.diagnose import stdin_buffer
 from oomdoctor.commands.exits import exit_code as _exit_code
 from oomdoctor.report.console import escape_controls
 from oomdoctor.report.console import safe_output as _safe_output
@@ -27,6 +28,8 @@ from oomdoctor.report.console import warn as _warn
 from oomdoctor.report.console import write_atomic as _write
 
 if TYPE_CHECKING:  # the pipeline is imported only by the commands that run it
+    from collections.abc import Iterator
+
     from oomdoctor.commands.fleet import Options as FleetOptions
 
 EXIT_CODES_HELP = (
@@ -34,6 +37,20 @@ EXIT_CODES_HELP = (
     "2 usage error, 5 unreadable or invalid input (or stdin could not be spooled: a full disk), 1 internal error, 130 interrupted, "
     "143 terminated (SIGTERM)."
 )
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Refuse NaN and infinities (click's FloatRange lets NaN through: every comparison with it is false)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number")
+    return value
+
+
+# The largest --keep-mb taken: a million MB (1 TB) of head and as much of tail.
+MAX_KEEP_MB = 1e6
+# The most `triage` reads of one issue (README "Input caps"): a GitHub body is at most 65,536 characters,
+# and an export with every comment stays far below this.
+MAX_ISSUE_BYTES = 16 << 20
 
 
 class _Group(click.Group):
@@ -140,9 +157,9 @@ def _summary_row(path: str, options: FleetOptions) -> dict:
 @cli.command(
     help="Snapshot the GPUs (NVML, else nvidia-smi; never a CUDA context) and their processes into a bundle "
     "directory that `diagnose DIR` reads. Exit codes: 0 bundle with GPU evidence, 5 bundle written but GPU "
-    "evidence unavailable (no driver or GPU), 2 usage error, 1 internal error."
+    "evidence unavailable (no driver or GPU), 2 usage error (also: DIR is not empty; evidence is never overwritten), 1 internal error."
 )
-@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False), help="Bundle directory to write.")
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False), help="Bundle directory to write: new or empty (an earlier bundle is never overwritten).")
 @click.option("--log", "logs", multiple=True, type=click.Path(), help="Log to copy into the bundle (repeatable).")
 @click.option("--no-redact", is_flag=True, help="Copy logs and command lines without redacting secrets.")
 def collect(out_dir: str, logs: tuple[str, ...], no_redact: bool) -> None:
@@ -169,7 +186,6 @@ def _check_config(model_path: str) -> None:
 
     An unreadable config is left to plan.load_model, which says why.
     """
-    import json
     from pathlib import Path
 
     from oomdoctor.commands import plan as planner
@@ -177,8 +193,8 @@ def _check_config(model_path: str) -> None:
     p = Path(model_path)
     cfg_path = p / "config.json" if p.is_dir() else p
     try:
-        raw = json.loads(cfg_path.read_text())
-    except (OSError, ValueError):
+        raw = planner.read_config_json(cfg_path)  # capped and depth-checked (README "Input caps")
+    except InputError:
         return
     if not isinstance(raw, dict):
         return
@@ -215,7 +231,7 @@ def _check_model(model_path: str, model: object) -> None:
 @click.option("--context-len", type=click.IntRange(1), help="Maximum context length (default: the model's).")
 @click.option("--kv-cache-dtype", default="auto", show_default=True, type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]))
 @click.option("--system", type=click.Choice(["sglang", "vllm"]), default="sglang", show_default=True)
-@click.option("--at", "at", type=click.FloatRange(0, 1, min_open=True, max_open=True), help="Also evaluate this --mem-fraction-static / --gpu-memory-utilization value.")
+@click.option("--at", "at", type=click.FloatRange(0, 1, min_open=True, max_open=True), callback=_finite, help="Also evaluate this --mem-fraction-static / --gpu-memory-utilization value.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text", show_default=True)
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False))
 def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: int, context_len: int | None, kv_cache_dtype: str, system: str, at: float | None, fmt: str, output: str | None) -> None:
@@ -275,7 +291,8 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
     "--keep-mb",
     default=64,
     show_default=True,
-    type=click.FloatRange(min=0.001),
+    type=click.FloatRange(min=0.001, max=MAX_KEEP_MB),
+    callback=_finite,
     help="server.log keeps the first N MB (the startup evidence) and the last N MB, with one line saying how much was dropped between.",
 )
 @click.option(
@@ -299,7 +316,7 @@ def run_cmd(out_dir: str, interval_ms: int, no_redact: bool, keep_mb: float, tex
 )
 @click.argument("source", required=False)
 @click.option("--event", "event_path", type=click.Path(dir_okay=False), help="A GitHub Actions event payload ($GITHUB_EVENT_PATH): issues opened/edited or issue_comment created.")
-@click.option("--threshold", type=click.FloatRange(0, 1), default=0.7, show_default=True, help="Answer only at or above this confidence; below it, stay silent.")
+@click.option("--threshold", type=click.FloatRange(0, 1), callback=_finite, default=0.7, show_default=True, help="Answer only at or above this confidence; below it, stay silent.")
 @click.option("--label-prefix", default="oom:", show_default=True, help="Prefix of the suggested labels (e.g. oom:startup_kv, oom:needs-log).")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True, help="The reply as markdown (nothing when silent), or JSON with its kind and labels.")
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False), help="A JSONL export of many issues (one issue object a line): print classes, answerable counts and the evidence most often missing.")
@@ -319,7 +336,7 @@ def triage(source: str | None, event_path: str | None, threshold: float, label_p
     if (source is None) == (event_path is None):
         raise UsageError("give exactly one of SOURCE or --event PATH")
     comments = _read_comments(comments_path) if comments_path else None
-    issue = _read_issue(event_path or source or "-", comments)
+    issue = _read_issue(event_path or source or "-", comments, event=event_path is not None)
     reply = _triage_one(issue, threshold, label_prefix)
     if fmt == "json":
         click.echo(_safe_output("json", tri.reply_json(reply)), nl=False)
@@ -328,52 +345,75 @@ def triage(source: str | None, event_path: str | None, threshold: float, label_p
 
 
 def _read_comments(path: str) -> list:
+    from oomdoctor.base.limits import memory_budget, read_capped
     from oomdoctor.commands import triage as tri
 
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return tri.comments_from_json(tri.load_json_stream(fh.read()))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"{path}: not the issue's comments ({exc})") from None
-
-
-def _read_issue(path: str, comments: list | None = None):
-    import json
-
-    from oomdoctor.commands import triage as tri
-
-    try:
-        raw = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()  # noqa: SIM115 - read whole, closed by GC on error paths
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    text = raw.decode("utf-8", "replace")
-    if text.lstrip()[:1] in ("{", "["):
+    with memory_budget(path, "issue's comments"):
+        text = read_capped(path, MAX_ISSUE_BYTES, "an issue's comments").decode("utf-8", "replace")
         try:
-            return tri.issue_from_json(json.loads(text), comments)
+            return tri.comments_from_json(tri.load_json_stream(text))
         except (ValueError, RecursionError) as exc:
-            raise InputError(f"{path}: {exc}") from None
+            raise InputError(f"{path}: not the issue's comments ({exc})") from None
+
+
+def _read_issue(path: str, comments: list | None = None, event: bool = False):
+    """The issue in ``path`` (- for stdin): a JSON export or event payload, else a markdown body or a bare log.
+
+    A text starting with ``[`` is JSON only when it is an export (a list of objects that parses); "[2025-..."
+    or "[rank0]: ..." starts many logs, which are triaged as they are. An ``--event`` payload must be JSON.
+    """
+    import re
+
+    from oomdoctor.base.limits import memory_budget, read_capped, too_large
+    from oomdoctor.commands import triage as tri
+    from oomdoctor.input.kinds import read_json
+
+    with memory_budget(path, "issue"):
+        if path == "-":
+            raw = stdin_buffer(path).read(MAX_ISSUE_BYTES + 1)
+            if len(raw) > MAX_ISSUE_BYTES:
+                raise InputError(too_large("-", None, MAX_ISSUE_BYTES, "an issue"))
+        else:
+            raw = read_capped(path, MAX_ISSUE_BYTES, "an issue")
+        text = raw.decode("utf-8", "replace")
+        del raw
+        head = text.lstrip()[:1]
+        if event or head == "{" or re.match(r"\s*\[\s*\{", text):
+            try:
+                return tri.issue_from_json(read_json(text, path, finite=False), comments)
+            except (ValueError, RecursionError, InputError) as exc:
+                if event or head == "{":
+                    raise InputError(str(exc) if isinstance(exc, InputError) else f"{path}: {exc}") from None
     return tri.Issue(title="", markdown=text)
 
 
-def _issues_from_jsonl(path: str) -> list:
-    import json
-
+def _issues_from_jsonl(path: str) -> Iterator:
+    """The issues of a JSONL export, one at a time (memory does not grow with the export); each line at most MAX_ISSUE_BYTES."""
+    from oomdoctor.base.limits import memory_budget, too_large
     from oomdoctor.commands import triage as tri
+    from oomdoctor.input.kinds import read_json
 
-    issues = []
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            for n, line in enumerate(fh, 1):
-                if line.strip():
+            n = 0
+            while True:
+                n += 1
+                with memory_budget(f"{path}:{n}", "issue"):
+                    line = fh.readline(MAX_ISSUE_BYTES + 1)
+                    if not line:
+                        return
+                    if len(line) > MAX_ISSUE_BYTES:
+                        raise InputError(too_large(f"{path}:{n}", None, MAX_ISSUE_BYTES, "an issue (one JSONL line)"))
+                    if not line.strip():
+                        continue
                     try:
-                        issues.append(tri.issue_from_json(json.loads(line)))
+                        issue = tri.issue_from_json(read_json(line, f"{path}:{n}", finite=False))
                     except (ValueError, RecursionError) as exc:
                         raise InputError(f"{path}:{n}: {exc}") from None
+                    del line
+                yield issue
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return issues
 
 
 def _triage_one(issue, threshold: float, label_prefix: str):

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from oomdoctor.base.errors import InputError
+from oomdoctor.base.errors import InputError, UsageError
 from oomdoctor.base.outcomes import GpuEvidence
 from oomdoctor.evidence.collected import manifest_header
 from oomdoctor.live import procinfo
@@ -48,6 +48,7 @@ def collect(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"{out_dir}: cannot create the bundle directory ({exc.strerror or exc})") from None
+    _refuse_used_directory(out, out_dir)
     env = dict(os.environ if env is None else env)
     psutil_module = procinfo.load_psutil(psutil_module)
     nvml = Nvml(nvml_module)
@@ -80,7 +81,7 @@ def collect(
         "logs": copied,
         "redacted": redact,
     }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    _write_new(out / "manifest.json", (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode(), out_dir)
     return manifest, (GpuEvidence.AVAILABLE if unavailable is None else GpuEvidence.UNAVAILABLE)
 
 
@@ -109,12 +110,42 @@ def _cuda_ordinals(env: dict[str, str], gpus: list[Any]) -> list[dict[str, Any]]
     return out
 
 
+def _refuse_used_directory(out: Path, out_dir: str) -> None:
+    """UsageError (exit 2) when ``out`` already holds anything: collect never overwrites evidence.
+
+    An earlier incident's bundle (or any other file) stays as it is; the message says what to do.
+    """
+    try:
+        entries = sorted(p.name for p in out.iterdir())
+    except OSError as exc:
+        raise InputError(f"{out_dir}: cannot read the bundle directory ({exc.strerror or exc})") from None
+    if not entries:
+        return
+    what = "already holds a bundle (manifest.json)" if "manifest.json" in entries else f"is not empty ({entries[0]}{' ...' if len(entries) > 1 else ''})"
+    raise UsageError(f"{out_dir}: {what}; collect never overwrites evidence: give a new or empty directory, e.g. -o {out_dir.rstrip('/') or '/'}/{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def _write_new(path: Path, data: bytes, out_dir: str) -> None:
+    """Write ``path`` only if it does not exist yet (O_EXCL): a collect racing into the same directory cannot replace it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    except FileExistsError:
+        raise UsageError(f"{out_dir}: {path.name} appeared while collecting (another collect?); collect never overwrites evidence") from None
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
 def _copy_log(path: str, dest: Path, redact: bool) -> str:
     dest.mkdir(parents=True, exist_ok=True)
     name = plain_name(path) or "log"
     if not name.endswith((".log", ".txt", ".out", ".err")):
         name += ".log"
-    with open(dest / name, "wb") as fh:
+    stem, n = name, 1
+    while (dest / name).exists():  # two --log files of the same name: each keeps its own copy
+        n += 1
+        base, dot, ext = stem.rpartition(".")
+        name = f"{base}-{n}.{ext}" if dot else f"{stem}-{n}"
+    with open(dest / name, "xb") as fh:  # "x": never over an existing file
         for data in copy_chunks(path, redact):
             fh.write(data)
     return f"logs/{name}"

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
 
-from oomdoctor.base.errors import ExitCode, OutputError, UsageError
+from oomdoctor.base.errors import ExitCode, InputError, OutputError, UsageError
 from oomdoctor.commands.exits import exit_code
 from oomdoctor.report.console import echo, safe_output, warn, write_atomic
 
@@ -16,6 +17,8 @@ def run(paths: tuple[str, ...], fmt: str = "text", output: str | None = None, bu
     from oomdoctor.input import redact
     from oomdoctor.report.view import build_view
 
+    if "-" in paths:
+        stdin_buffer()  # closed standard input (<&-): exit 5 with the reason, not an AttributeError
     with redact.session(pii=redact_pii and not no_redact):
         inputs = [latest_run(p) for p in paths]
         refuse_outputs_among_inputs(inputs, output, bundle)
@@ -45,6 +48,15 @@ def run(paths: tuple[str, ...], fmt: str = "text", output: str | None = None, bu
             for note in notes:
                 warn(f"bundle: {note}")
     return exit_code(result)
+
+
+def stdin_buffer(what: str = "-"):
+    """Standard input's byte stream; InputError (exit 5) when it is closed (``<&-``) rather than an AttributeError."""
+    stream = sys.stdin
+    buffer = getattr(stream, "buffer", None) if stream is not None else None
+    if buffer is None:
+        raise InputError(f"{what}: standard input is closed; pipe the input in or give a path")
+    return buffer
 
 
 def latest_run_quiet(path: str) -> str:

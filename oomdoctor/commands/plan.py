@@ -7,13 +7,14 @@ the config; KV bytes per token from the attention layout (MHA/GQA or MLA); then 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.errors import InputError
+from oomdoctor.base.limits import memory_budget, read_capped
 from oomdoctor.base.units import GIB, gib_text
+from oomdoctor.input.kinds import read_json
 from oomdoctor.memory import budget
 from oomdoctor.memory.derivation import Derived, Step
 from oomdoctor.memory.gpus import gpu_table
@@ -63,15 +64,31 @@ def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+# Caps on what plan reads (README "Input caps"), checked before reading: a model's config.json is a few
+# kilobytes, the largest safetensors index (a 671B MoE) about ten megabytes.
+MAX_CONFIG_BYTES = 16 << 20
+MAX_INDEX_BYTES = 64 << 20
+
+
+def read_config_json(path: Path, max_bytes: int = MAX_CONFIG_BYTES, what: str = "a model config.json") -> Any:
+    """Parsed JSON of a config (or index) file: at most ``max_bytes`` read (however large or endless the file:
+    /dev/zero, a FIFO), parsed inside the memory budget, at most MAX_JSON_DEPTH deep; InputError otherwise."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file (give a model directory or its config.json)")
+    with memory_budget(str(path), what):
+        data = read_capped(str(path), max_bytes, what)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: not a readable config.json (not UTF-8 text)") from None
+        del data
+        return read_json(text, str(path), finite=False)
+
+
 def load_model(path: str) -> Model:
     p = Path(path)
     cfg_path = p / "config.json" if p.is_dir() else p
-    try:
-        raw = json.loads(cfg_path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{cfg_path}: no such file (give a model directory or its config.json)") from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{cfg_path}: not a readable config.json ({exc})") from None
+    raw = read_config_json(cfg_path)
     if not isinstance(raw, dict):
         raise InputError(f"{cfg_path}: not a model config")
     c = _text_config(raw)
@@ -106,9 +123,9 @@ def load_model(path: str) -> Model:
     index = cfg_path.parent / "model.safetensors.index.json"
     if index.is_file():
         try:
-            total = json.loads(index.read_text())["metadata"]["total_size"]
+            total = read_config_json(index, MAX_INDEX_BYTES, "a safetensors index")["metadata"]["total_size"]
             model.weights_bytes, model.weights_source = int(total), "safetensors index (total_size)"
-        except (OSError, ValueError, KeyError, TypeError):
+        except (InputError, OSError, ValueError, KeyError, TypeError, OverflowError):
             model.notes.append("model.safetensors.index.json unreadable; weights estimated from the config")
     if model.weights_bytes is None:
         model.weights_bytes, model.weights_source = _estimate_weights(c, model), "parameter count from config.json"

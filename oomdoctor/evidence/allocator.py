@@ -16,17 +16,22 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import pickle
+import stat
 from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.errors import InputError
+from oomdoctor.base.limits import memory_budget, too_large
 
 if TYPE_CHECKING:
     from typing import Any
 
-MAX_PICKLE_BYTES = 512 << 20
+# A snapshot larger than this is refused by its size, before a byte is read or unpickled (README "Input caps");
+# unpickling what is read runs inside base.limits.memory_budget.
+MAX_PICKLE_BYTES = 128 << 20
 # Visits in one snapshot walk, repeats included (shared references count every time they are met).
 MAX_SNAPSHOT_SEGMENTS = 200_000
 MAX_SNAPSHOT_BLOCKS = 1_000_000
@@ -44,19 +49,38 @@ class RestrictedUnpickler(pickle.Unpickler):
 
 
 def load_snapshot(path: str) -> dict[str, Any]:
+    """The snapshot's plain data; InputError past MAX_PICKLE_BYTES (checked before reading) or past the memory budget."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_PICKLE_BYTES + 1)
+        fh = open(path, "rb")  # noqa: SIM115 - closed below, on every path
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(data) > MAX_PICKLE_BYTES:
-        raise InputError(f"{path}: snapshot larger than {MAX_PICKLE_BYTES >> 20} MiB")
     try:
-        obj = RestrictedUnpickler(io.BytesIO(data)).load()
-    except pickle.UnpicklingError as exc:
-        raise InputError(f"{path}: rejected pickle: it {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - truncated or corrupt pickles raise EOFError, ValueError, ...
-        raise InputError(f"{path}: not a readable snapshot pickle ({type(exc).__name__})") from None
+        try:
+            st = os.fstat(fh.fileno())
+        except OSError:
+            st = None
+        regular = st is not None and stat.S_ISREG(st.st_mode)
+        if regular and st is not None and st.st_size > MAX_PICKLE_BYTES:
+            raise InputError(too_large(path, st.st_size, MAX_PICKLE_BYTES, "a memory snapshot pickle"))
+        with memory_budget(path, "snapshot pickle"):
+            # A regular file of checked size is unpickled as it is read; anything else (a FIFO) is read capped first.
+            source: Any = fh if regular else io.BytesIO(fh.read(MAX_PICKLE_BYTES + 1))
+            if not regular and len(source.getbuffer()) > MAX_PICKLE_BYTES:
+                raise InputError(too_large(path, None, MAX_PICKLE_BYTES, "a memory snapshot pickle"))
+            try:
+                obj = RestrictedUnpickler(source).load()
+            except pickle.UnpicklingError as exc:
+                raise InputError(f"{path}: rejected pickle: it {exc}") from None
+            except MemoryError:
+                raise
+            except OSError as exc:
+                raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+            except Exception as exc:  # noqa: BLE001 - truncated or corrupt pickles raise EOFError, ValueError, ...
+                raise InputError(f"{path}: not a readable snapshot pickle ({type(exc).__name__})") from None
+            finally:
+                del source
+    finally:
+        fh.close()
     if isinstance(obj, list):
         obj = {"segments": obj}  # torch 1.x dumped the segment list alone
     if not isinstance(obj, dict) or "segments" not in obj:

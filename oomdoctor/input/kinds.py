@@ -24,10 +24,16 @@ MONITORING_SUFFIXES = (".prom", ".metrics")
 # Evidence JSON (manifests, memory_stats, samples, snapshots) is a few levels deep; deeper nesting is
 # hostile or corrupt and is refused before anything walks it.
 MAX_JSON_DEPTH = 64
+# = oomdoctor.evidence.collected.MAX_EVIDENCE_JSON_BYTES (a manifest is evidence JSON).
+MAX_MANIFEST_BYTES = 64 << 20
 
 
-def read_json(text: str, path: str) -> Any:
-    """Parsed evidence JSON; InputError (never RecursionError or a huge-int ValueError) when it is not sane."""
+def read_json(text: str, path: str, finite: bool = True) -> Any:
+    """Parsed evidence JSON; InputError (never RecursionError or a huge-int ValueError) when it is not sane.
+
+    ``finite``: a NaN or an infinity anywhere (NaN, Infinity, 1e400) is refused with where it is; no
+    evidence oomdoctor reads has one, and arithmetic on it gives nonsense rather than an error.
+    """
     import json  # here: a plain log diagnosis reads no JSON and need not import it
 
     try:
@@ -38,7 +44,29 @@ def read_json(text: str, path: str) -> Any:
         raise InputError(f"{path}: not JSON ({str(exc)[:200]})") from None
     if nesting_depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
         raise InputError(f"{path}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    if finite:
+        bad = _non_finite(data)
+        if bad is not None:
+            where, value = bad
+            raise InputError(f"{path}: {where or 'the document'} is {value}, not a byte count or any finite number (NaN and infinities are refused)")
     return data
+
+
+def _non_finite(data: Any) -> tuple[str, float] | None:
+    """Where the first NaN or infinity of parsed JSON is (``a.b[3]``), without recursion; None when there is none."""
+    import math
+
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, float):
+            if not math.isfinite(node):
+                return where, node
+        elif isinstance(node, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(node))))
+    return None
 
 
 def is_bundle_dir(path: str) -> bool:
@@ -51,9 +79,13 @@ def is_bundle_dir(path: str) -> bool:
         root = os.path.realpath(path)
         if not os.path.realpath(manifest).startswith(root.rstrip(os.sep) + os.sep):
             return False
+    from oomdoctor.base.limits import memory_budget, read_capped
+
     try:
-        with open(manifest, encoding="utf-8", errors="replace") as fh:
-            return read_json(fh.read(), manifest).get("kind") == BUNDLE_KIND
+        # Whether its values are sane is for the evidence reader to say (with the reason); only the kind here.
+        with memory_budget(manifest, "bundle manifest"):
+            text = read_capped(manifest, MAX_MANIFEST_BYTES, "a bundle manifest").decode("utf-8", "replace")
+            return read_json(text, manifest, finite=False).get("kind") == BUNDLE_KIND
     except (OSError, InputError, AttributeError):
         return False
 

@@ -66,7 +66,8 @@ class atomic_target:  # used as a function: ``with atomic_target(path) as tmp``
 
         from oomdoctor.input.files import OWN_HIDDEN_PREFIX
 
-        directory, name = os.path.split(os.path.abspath(self.path))
+        # A symlink (to a file, or to where one will be) stays a symlink: the file it points to is replaced.
+        directory, name = os.path.split(os.path.realpath(self.path))
         fd, self.tmp = tempfile.mkstemp(prefix=f"{OWN_HIDDEN_PREFIX}-{name}.", suffix=".partial", dir=directory)
         os.close(fd)
         return self.tmp
@@ -75,7 +76,7 @@ class atomic_target:  # used as a function: ``with atomic_target(path) as tmp``
         if exc_type is None:
             try:
                 os.chmod(self.tmp, 0o666 & ~_umask())
-                os.replace(self.tmp, self.path)
+                os.replace(self.tmp, os.path.realpath(self.path))
                 return
             except BaseException:
                 self._discard()
@@ -90,13 +91,46 @@ class atomic_target:  # used as a function: ``with atomic_target(path) as tmp``
 
 
 def write_atomic(path: str, content: str) -> None:
-    """Write a report through ``atomic_target``; OutputError when it cannot be written."""
+    """Write a report through ``atomic_target``; OutputError when it cannot be written.
+
+    A character device, FIFO or socket (``-o /dev/stdout``, ``/dev/null``, a named pipe), or a symlink to
+    one, is written straight through: it cannot be replaced and must not be (any user may write
+    /dev/stdout; only root could create a file beside it). A symlink to a regular file stays a symlink:
+    the file it points to is replaced (atomic_target).
+    """
     try:
+        if _is_stream(path):
+            # "a": no O_TRUNC, so `-o /dev/stdout >> log` appends as the shell asked (a device or pipe ignores it).
+            with open(path, "a", encoding="utf-8", errors="backslashreplace") as fh:
+                fh.write(content)
+            return
         with atomic_target(path) as tmp, open(tmp, "w", encoding="utf-8", errors="backslashreplace") as fh:
             # backslashreplace: a file name that is not UTF-8 (a surrogate escape) is written as \udcff, not a crash.
             fh.write(content)
     except OSError as exc:
         raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def _is_stream(path: str) -> bool:
+    """``path`` is (or is a symlink to) a character device, FIFO or socket: what is written to it is not a file."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode  # follows symlinks
+    except OSError:
+        return False
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        return True
+    # /dev/stdout -> /proc/self/fd/1 when the shell redirected it to a file (> out.txt): that is the
+    # shell's open file, written through it, not a file to replace under it.
+    hop = os.path.abspath(path)
+    for _ in range(40):
+        if hop.startswith(("/proc/", "/dev/fd/")):
+            return True
+        if not os.path.islink(hop):
+            return False
+        hop = os.path.join(os.path.dirname(hop), os.readlink(hop))
+    return False
 
 
 def _umask() -> int:
