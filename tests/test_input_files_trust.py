@@ -165,7 +165,7 @@ import os  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
 
-from oomdoctor.input import files  # noqa: E402
+from oomdoctor.input import stdin_spool  # noqa: E402
 
 
 class _Stdin:
@@ -177,7 +177,7 @@ class _Stdin:
 
 def test_stdin_spool_keeps_head_and_tail_and_says_what_was_dropped(tmp_path: Path, monkeypatch) -> None:
     keep = 64 << 10
-    monkeypatch.setattr(files, "STDIN_KEEP_BYTES", keep)
+    monkeypatch.setattr(stdin_spool, "STDIN_KEEP_BYTES", keep)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
 
@@ -186,7 +186,7 @@ def test_stdin_spool_keeps_head_and_tail_and_says_what_was_dropped(tmp_path: Pat
     filler = b"".join(b"[2026-03-02 10:00:%02d] Decode batch. #running-req: 3, #token: 4096\n" % (i % 60) for i in range(20000))
     tail = b"[2026-03-02 11:00:00] Decode batch. #running-req: 3\n" + OOM_LINE
     monkeypatch.setattr(sys, "stdin", _Stdin(head + filler + tail))
-    files.spool_stdin()
+    stdin_spool.spool_stdin()
     try:
         (spool,) = [p for p in os.listdir(tmp_path) if p.startswith(".oomdoctor-stdin-")]  # the ring is gone
         data = (tmp_path / spool).read_bytes()
@@ -199,29 +199,29 @@ def test_stdin_spool_keeps_head_and_tail_and_says_what_was_dropped(tmp_path: Pat
         assert read == data
         assert any("dropped" in w and "64 KiB" in w for w in stats.warnings), stats.warnings
     finally:
-        files.release_stdin_spool()
+        stdin_spool.release_stdin_spool()
     assert os.listdir(tmp_path) == []
 
 
 def test_stdin_under_the_cap_is_kept_whole(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(files, "STDIN_KEEP_BYTES", 4096)
+    monkeypatch.setattr(stdin_spool, "STDIN_KEEP_BYTES", 4096)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)
     data = b"x" * 5000 + b"\n" + b"y" * 3000 + b"\n"  # over one keep, under two: nothing is dropped
     monkeypatch.setattr(sys, "stdin", _Stdin(data))
-    files.spool_stdin()
+    stdin_spool.spool_stdin()
     try:
         stats = InputStats(path="<stdin>")
         assert b"".join(iter_line_chunks("-", stats)) == data and stats.warnings == []
     finally:
-        files.release_stdin_spool()
+        stdin_spool.release_stdin_spool()
     assert os.listdir(tmp_path) == []
 
 
 def test_stdin_over_the_cap_is_diagnosed_from_its_tail(tmp_path: Path, monkeypatch, run_cli) -> None:
-    monkeypatch.setattr(files, "STDIN_KEEP_BYTES", 64 << 10)
+    monkeypatch.setattr(stdin_spool, "STDIN_KEEP_BYTES", 64 << 10)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, BinaryIO, cast
 
 from oomdoctor.commands.run_pumps import READ_BYTES
 from oomdoctor.input.files import OWN_HIDDEN_PREFIX
+from oomdoctor.input.ring_file import first_line_end, spans_after
 
 if TYPE_CHECKING:
     from oomdoctor.input.redact import Redactor
@@ -99,9 +100,9 @@ class BoundedLog:
                 spans = [(pos, self.keep - pos), (0, pos)] if self.ring_full else [(0, pos)]
                 dropped = self.dropped()
                 if dropped:
-                    skip = _first_line_end(ring, spans)  # start the kept tail at a whole line
+                    skip = first_line_end(ring, spans)  # start the kept tail at a whole line
                     dropped += skip
-                    spans = _after(spans, skip)
+                    spans = spans_after(spans, skip)
                     self.head.write(
                         f"\n[oomdoctor run: {dropped} bytes ({dropped / 1e6:.1f} MB) of server output dropped here; "
                         f"server.log keeps the first and the last {self.keep / 1e6:g} MB (--keep-mb)]\n".encode()
@@ -123,33 +124,6 @@ class BoundedLog:
 
 
 _BLOCK = 1 << 20
-
-
-def _first_line_end(f: BinaryIO, spans: list[tuple[int, int]]) -> int:
-    """Bytes of ``spans`` of ``f`` up to and including the first newline; 0 when none or when it is the last byte."""
-    total = sum(size for _, size in spans)
-    seen = 0
-    for offset, size in spans:
-        for at in range(offset, offset + size, _BLOCK):
-            f.seek(at)
-            block = f.read(min(_BLOCK, offset + size - at))
-            nl = block.find(b"\n")
-            if nl >= 0:
-                end = seen + nl + 1
-                return end if end < total else 0
-            seen += len(block)
-    return 0
-
-
-def _after(spans: list[tuple[int, int]], skip: int) -> list[tuple[int, int]]:
-    """``spans`` without their first ``skip`` bytes."""
-    out = []
-    for offset, size in spans:
-        cut = min(skip, size)
-        skip -= cut
-        if size > cut:
-            out.append((offset + cut, size - cut))
-    return out
 
 
 def _copy(src: BinaryIO, dst: BinaryIO, offset: int, size: int) -> None:

@@ -14,8 +14,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
-from oomdoctor.base.errors import InputError, Terminated
+from oomdoctor.base.errors import InputError
 from oomdoctor.input.kinds import MONITORING_SUFFIXES, is_bundle_dir, is_evidence_file
+from oomdoctor.input.stdin_spool import STDIN_SPOOL, stdin_note
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -271,194 +272,12 @@ def _walk_logs(root: str) -> tuple[list[str], list[InputStats]]:
     return logs, skipped
 
 
-# Standard input copied to a temporary file, so that it can be read twice (the events, then the node
-# timeline): set by spool_stdin, removed by release_stdin_spool. Empty: stdin is read directly, once.
-# Every temporary file is listed here before a byte is written to it, so that every exit path removes it.
-_STDIN_SPOOL: list[str] = []
-# The spool holds at most the first and the last STDIN_KEEP_BYTES of standard input (`kubectl logs -f
-# POD | oomdoctor diagnose -` never ends): what lies between is dropped, where one marker line says so.
-STDIN_KEEP_BYTES = 64 << 20
-# [bytes of standard input in all, bytes dropped from its middle, the cap], once the spool is written.
-_STDIN_DROPPED: list[int] = []
-# The SIGTERM handler spool_stdin replaced, restored by release_stdin_spool.
-_PREVIOUS_SIGTERM: list[Any] = []
-
-
-def _size_text(n: int) -> str:
-    if n >= 1 << 20 and n % (1 << 20) == 0:
-        return f"{n >> 20} MiB"
-    if n >= 1 << 10 and n % (1 << 10) == 0:
-        return f"{n >> 10} KiB"
-    return f"{n} bytes"
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise Terminated
-
-
-def _trap_sigterm() -> None:
-    """SIGTERM becomes Terminated while the spool exists, so that it is removed (exit 143, not a kill)."""
-    import signal
-
-    try:
-        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-            _PREVIOUS_SIGTERM.append(signal.signal(signal.SIGTERM, _on_sigterm))
-    except ValueError:  # not the main thread: signals are the embedding program's
-        pass
-
-
-def spool_stdin() -> None:
-    """Copy standard input to a temporary file in chunks (memory stays flat) so that '-' can be read again.
-
-    The copy is bounded: the first and the last STDIN_KEEP_BYTES, with one marker line for what was
-    dropped between them. A copy that fails (a full disk) is one InputError; on any failure, Ctrl-C or
-    SIGTERM the temporary files are removed.
-    """
-    import tempfile
-
-    if _STDIN_SPOOL:
-        return
-    _trap_sigterm()
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".oomdoctor-stdin-")
-        _STDIN_SPOOL.append(tmp)
-        with os.fdopen(fd, "wb") as out:
-            total, dropped = _copy_bounded(sys.stdin.buffer, out, STDIN_KEEP_BYTES)
-        _STDIN_DROPPED[:] = [total, dropped, STDIN_KEEP_BYTES]
-    except OSError as exc:
-        where = os.path.dirname(_STDIN_SPOOL[0]) if _STDIN_SPOOL else tempfile.gettempdir()
-        release_stdin_spool()
-        raise InputError(
-            f"<stdin>: cannot copy standard input to a temporary file in {where} ({exc.strerror or exc}); "
-            "free space there, set TMPDIR to a directory with room, or give the log as a file"
-        ) from None
-    except BaseException:
-        release_stdin_spool()
-        raise
-
-
-def _copy_bounded(src: BinaryIO, out: BinaryIO, keep: int) -> tuple[int, int]:
-    """Copy ``src`` to ``out``: its first ``keep`` bytes, then (when it is longer than ``2 * keep``) a marker
-    line and its last ``keep`` bytes from their first whole line, kept meanwhile in a ring file. Returns
-    (bytes read, bytes dropped)."""
-    import tempfile
-
-    total = 0
-    last = b"\n"
-    while total < keep:
-        data = src.read(min(CHUNK_BYTES, keep - total))
-        if not data:
-            return total, 0
-        out.write(data)
-        total += len(data)
-        last = data[-1:]
-    data = src.read(CHUNK_BYTES)
-    if not data:
-        return total, 0
-    fd, ring_path = tempfile.mkstemp(prefix=".oomdoctor-stdin-ring-", dir=os.path.dirname(_STDIN_SPOOL[0]))
-    _STDIN_SPOOL.append(ring_path)
-    with os.fdopen(fd, "w+b") as ring:
-        pos, full, tail = 0, False, 0
-        while data:
-            total += len(data)
-            tail += len(data)
-            while data:
-                n = min(len(data), keep - pos)
-                ring.seek(pos)
-                ring.write(data[:n])
-                data = data[n:]
-                pos += n
-                if pos == keep:
-                    pos, full = 0, True
-            data = src.read(CHUNK_BYTES)
-        spans = [(pos, keep - pos), (0, pos)] if full else [(0, pos)]
-        dropped = 0
-        if full and tail > keep:
-            skip = _first_line_end(ring, spans)
-            dropped = tail - keep + skip
-            spans = _after(spans, skip)
-            out.write(
-                (b"" if last == b"\n" else b"\n")
-                + f"[oomdoctor: {dropped} bytes of standard input dropped here; the first and the last {_size_text(keep)} are read]\n".encode()
-            )
-        for offset, size in spans:
-            ring.seek(offset)
-            while size > 0:
-                block = ring.read(min(CHUNK_BYTES, size))
-                if not block:
-                    break
-                out.write(block)
-                size -= len(block)
-    _unlink(ring_path)
-    return total, dropped
-
-
-def _first_line_end(f: BinaryIO, spans: list[tuple[int, int]]) -> int:
-    """Bytes of ``spans`` of ``f`` up to and including their first newline (0 when none, or when it is the last byte)."""
-    total = sum(size for _, size in spans)
-    seen = 0
-    for offset, size in spans:
-        for at in range(offset, offset + size, CHUNK_BYTES):
-            f.seek(at)
-            block = f.read(min(CHUNK_BYTES, offset + size - at))
-            nl = block.find(b"\n")
-            if nl >= 0:
-                end = seen + nl + 1
-                return end if end < total else 0
-            seen += len(block)
-    return 0
-
-
-def _after(spans: list[tuple[int, int]], skip: int) -> list[tuple[int, int]]:
-    """``spans`` without their first ``skip`` bytes."""
-    out: list[tuple[int, int]] = []
-    for offset, size in spans:
-        cut = min(skip, size)
-        skip -= cut
-        if size - cut > 0:
-            out.append((offset + cut, size - cut))
-    return out
-
-
-def _unlink(path: str) -> None:
-    try:  # noqa: SIM105 - contextlib stays off the start path (~0.4 ms)
-        os.unlink(path)
-    except OSError:
-        pass
-    if path in _STDIN_SPOOL:
-        _STDIN_SPOOL.remove(path)
-
-
-def release_stdin_spool() -> None:
-    """Remove the spool's temporary files and put the SIGTERM handler back."""
-    while _STDIN_SPOOL:
-        _unlink(_STDIN_SPOOL[-1])
-    _STDIN_DROPPED.clear()
-    if _PREVIOUS_SIGTERM:
-        import signal
-
-        try:  # noqa: SIM105 - contextlib stays off the start path (~0.4 ms)
-            signal.signal(signal.SIGTERM, _PREVIOUS_SIGTERM.pop())
-        except ValueError:
-            pass
-
-
-def _stdin_note(stats: InputStats) -> None:
-    """The report says what the spool dropped from the middle of standard input."""
-    if _STDIN_DROPPED and _STDIN_DROPPED[1]:
-        total, dropped, keep = _STDIN_DROPPED
-        stats.warn(
-            f"standard input was {total} bytes, over the {_size_text(2 * keep)} it is read to: its first and last {_size_text(keep)} "
-            f"were read and {dropped} bytes ({dropped / (1 << 20):.1f} MiB) of standard input were dropped between them (save it to a file to read it all)"
-        )
-
-
 def _open_raw(path: str, stats: InputStats | None = None) -> BinaryIO:
     if path == "-":
-        if _STDIN_SPOOL:
+        if STDIN_SPOOL:
             if stats is not None:
-                _stdin_note(stats)
-            return open(_STDIN_SPOOL[0], "rb")
+                stdin_note(stats)
+            return open(STDIN_SPOOL[0], "rb")
         return sys.stdin.buffer
     try:
         return open(path, "rb")

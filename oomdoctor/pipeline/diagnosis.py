@@ -13,7 +13,8 @@ from oomdoctor.evidence import collected
 from oomdoctor.evidence.runs import is_oom_event, split_runs
 from oomdoctor.inference.facts import build_facts
 from oomdoctor.input import kinds
-from oomdoctor.input.files import InputStats, expand_paths, is_monitoring_json, release_stdin_spool, spool_stdin, unread_input
+from oomdoctor.input.files import InputStats, expand_paths, is_monitoring_json, unread_input
+from oomdoctor.input.stdin_spool import release_stdin_spool, spool_stdin
 from oomdoctor.pipeline.across_nodes import across_nodes, nodes_facts, timeline_of, verdict_group
 from oomdoctor.pipeline.collected_evidence import monitoring_facts, observer_oom
 from oomdoctor.pipeline.evaluation import evaluate_incident
