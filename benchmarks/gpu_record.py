@@ -28,7 +28,7 @@ OUT_DIR/gpu_record.tar.gz, with OUT_DIR/summary.txt saying what happened. Sectio
 - diagnose: `oomdoctor diagnose --format json` on every recorded log, class and confidence listed.
 
 Nothing here is run by the test suite: it needs a GPU. What it recorded is committed under
-tests/fixtures/gpu-recorded/ (see tests/fixtures/README.md) and read by tests/test_gpu_recorded.py.
+tests/fixtures/gpu-recorded/ (see tests/fixtures/README.md) and read by tests/test_evidence_gpu_recorded.py.
 """
 
 from __future__ import annotations

@@ -112,3 +112,14 @@ def test_the_advice_registry_is_passed_explicitly() -> None:
     d = diagnose([str(log)], recommenders=table)
     assert [r.flag for r in d.findings[0].recommendations] == ["--custom-flag"]
     assert diagnose([str(log)]).findings[0].recommendations[0].flag == "--mem-fraction-static"
+
+
+# Suites that check the whole program rather than one package: the rule fixtures and their snapshots,
+# properties over every parser, packaging, lint and Python-version gates, hostile and trust inputs.
+CROSS_CUTTING = {"test_architecture", "test_fixtures", "test_snapshots", "test_properties", "test_packaging", "test_lint_types", "test_py310", "test_hostile_inputs", "test_trust", "test_capture"}
+
+
+def test_unit_tests_are_named_after_the_package_they_test() -> None:
+    tests = sorted(p.stem for p in (PKG.parent / "tests").glob("test_*.py"))
+    stray = [t for t in tests if t not in CROSS_CUTTING and t.removeprefix("test_").split("_")[0] not in oomdoctor.LAYERS]
+    assert stray == [], f"name these test_<layer>_<module>.py: {stray}"

@@ -89,7 +89,7 @@ UNKNOWN = Phase("unknown", "none")
 
 def _lazy(source: str) -> LazyRegex:
     """A table regex compiled when first tried: a small log tries few of the ~30 frame and context
-    patterns, and compiling them all cost ~3 ms of its start (tests/test_phase_tables.py compiles every one)."""
+    patterns, and compiling them all cost ~3 ms of its start (tests/test_evidence_phase.py compiles every one)."""
     return LazyRegex(None, source)
 
 

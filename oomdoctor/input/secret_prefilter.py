@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 #   non-ASCII byte counts as allowed, since the str rule's Unicode `\w` refuses more, never fewer;
 # - `\b`, backreferences and the value after a separator are left out (they only narrow a match).
 # No piece can match a newline, so a match never spans two lines and is charged to the line it starts
-# on. tests/test_trust_redaction.py checks the superset on every corpus line, every fixture line and
+# on. tests/test_input_redact_trust.py checks the superset on every corpus line, every fixture line and
 # generated lines; benchmarks/run.py measures the pass-through with it.
 
 # Characters Python's str `\s` matches, newline aside (tests compare it with all of Unicode).

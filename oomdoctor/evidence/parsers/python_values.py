@@ -28,7 +28,7 @@ def python_value(raw: str) -> Any:
 
     The common forms (a constant, a quoted text without escapes, a plain number, a bare name such as
     ``auto``, which is no literal) are read here; the rest (escapes, ``0x10``, ``1_000``, a dict or a
-    list) goes to ast. tests/test_python_values.py checks both agree.
+    list) goes to ast. tests/test_evidence_parsers_python_values.py checks both agree.
     """
     if raw in _CONSTANTS:
         return _CONSTANTS[raw]

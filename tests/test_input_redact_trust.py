@@ -271,14 +271,14 @@ REPO_TESTS = Path(__file__).resolve().parent
 
 def _corpus_lines() -> list[str]:
     """Every secret form the tests know, one per line (the PEM blocks line by line)."""
-    import test_markdown_bundle_redaction
+    import test_report_markdown_bundle
     import test_trust
 
     return [
         *LINE_SECRETS.values(),
         *PEM_LINES,
         *ENCRYPTED_PEM,
-        *test_markdown_bundle_redaction.SECRETS.values(),
+        *test_report_markdown_bundle.SECRETS.values(),
         f"launch --api-key {test_trust.SECRET} --port 30000",
         "X-API-\u212aEY: kelvin0123456789",  # KELVIN SIGN: re.IGNORECASE takes it for a k
         "\u017fession-token: longs0123456789",  # LONG S

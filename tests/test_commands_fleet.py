@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
-from test_run_and_plan import CHILD
+from test_commands_run_and_plan import CHILD
 
 from oomdoctor.commands import fleet
 from oomdoctor.commands import run as flight
