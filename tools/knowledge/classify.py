@@ -1,0 +1,110 @@
+"""Rules that decide whether a message concerns memory, and which phase and class it implies.
+
+The rules read the message text, the enclosing function's name and the module path, in that order
+of strength: words the engine printed beat the name of the function they were printed from, which
+beats the file's place in the package. Entries these rules get wrong go in overrides.toml, with why.
+"""
+
+from __future__ import annotations
+
+import re
+
+PHASES = ("weight_loading", "kv_pool", "profiling", "graph_capture", "encoder", "prefill_decode", "sampling", "scheduler", "startup", "unknown")
+CLASSES = (
+    "startup_kv",
+    "weights_dont_fit",
+    "cuda_graph",
+    "runtime_activation",
+    "encoder_starvation",
+    "kv_exhaustion",
+    "host_oom",
+    "unknown_oom",
+    "none",
+)
+
+
+def _rx(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.I)
+
+
+# A message is about memory when its text (placeholders included: {avail_mem:float} says as much as
+# "avail mem") or its enclosing function's name says so.
+MEMORY_TEXT = _rx(
+    r"memory|\bmem\b|mem[_ ]?(usage|fraction|util)|avail_mem|\boom\b|out of memory|alloc|\bfree\b|available|\bavail\b"
+    r"|kv[ _-]?cache|cache[ _]blocks?|gpu[ _]blocks|cpu[ _]blocks|num_gpu_blocks|\bblocks?\b|token[ _]pool|max_total_num_tokens|#tokens"
+    r"|total[ _]tokens|token usage|preempt|retract|cuda ?graph|cudagraph|graph capture|captur|profil|pinned|swap|\bgib\b|\bgb\b"
+    r"|\bmib\b|\bmb\b|offload|fragment|mem_fraction|gpu_memory_utilization|torch_memory_saver|expandable_segments|\bvram\b|\bhbm\b"
+)
+MEMORY_FUNCTION = _rx(
+    r"memory|mem_|_mem\b|alloc|kv_cache|cache_engine|profile|capture|cuda_graph|cudagraph|preempt|retract|swap|offload"
+    r"|num_blocks|available|free_gpu|memory_pool|token_to_kv|max_num_token|pause|resume"
+)
+
+# A message reports a problem (not just progress) when it says something did not fit or must change.
+PROBLEM = _rx(
+    r"not enough|insufficient|out of memory|\boom\b|exceed|too (large|small|many|long|big)|larger than|no (available|free|space|more)"
+    r"|cannot|can't|can not|failed|fail to|unable|increase|decrease|reduce|lower the|run out|ran out|running out|preempt|retract|evict"
+    r"|exhaust|negative|less than|must be (greater|larger|positive|at least)|is full|not (be )?sufficient|fragment|shortage|does not fit|doesn't fit"
+)
+HOST = _rx(r"pinned|host memory|cpu memory|swap space|\bram\b|shared memory|/dev/shm|system memory|host mem|cpu_offload|cpu offload")
+KV_EXHAUSTION = _rx(r"preempt|retract|kv cache (is )?full|out of (kv|blocks|tokens|cache)|no free (blocks|slots|tokens)|evict")
+KV_WORDS = _rx(r"kv[ _-]?cache|cache[ _]blocks?|gpu[ _]blocks|num_gpu_blocks|#tokens|max_total_num_tokens|token[ _]pool|gpu_memory_utilization|mem_fraction")
+
+# (phase, message text, function name, module path): checked in order within each of the three passes.
+PHASE_RULES: tuple[tuple[str, re.Pattern[str] | None, re.Pattern[str] | None, re.Pattern[str] | None], ...] = (
+    ("graph_capture", _rx(r"cuda ?graph|cudagraph|graph capture|capture (cuda )?graph|piecewise"), _rx(r"capture|cuda_graph|cudagraph|graph_runner"), _rx(r"cuda_graph|cudagraph|graph_runner|piecewise")),
+    ("profiling", _rx(r"profil|peak memory|determine.*memory"), _rx(r"profile|determine_available_memory|determine_num_available_blocks|memory_profiling"), _rx(r"profil")),
+    ("scheduler", _rx(r"preempt|retract"), _rx(r"schedul|preempt|retract|swap_in|swap_out|policy"), _rx(r"schedul|block_manager|policy|core\.sched")),
+    ("kv_pool", KV_WORDS, _rx(r"init_memory_pool|kv_cache|cache_engine|allocate_kv|initialize_cache|init_cache|num_blocks|memory_pool|max_num_token"), _rx(r"memory_pool|mem_cache|cache_engine|kv_cache|block_pool|allocator")),
+    ("weight_loading", _rx(r"load(ing)? (the )?(model|weight)|weights? load|checkpoint|safetensors|\bshards?\b"), _rx(r"load_model|load_weight|weight_loader|get_model|download|create_weights"), _rx(r"model_loader|weight_utils|\.loader")),
+    ("encoder", _rx(r"encoder|vision|image|video|audio|multimodal|multi-modal"), _rx(r"encod|vision|image|video|audio|mm_|multimodal"), _rx(r"multimodal|vision|encoder|mm_|audio")),
+    ("sampling", _rx(r"sampl|logprob"), _rx(r"sampl|logits|logprob"), _rx(r"sampl|logits")),
+    ("prefill_decode", _rx(r"prefill|\bdecode\b|forward pass"), _rx(r"forward|execute_model|prefill|decode|extend|run_batch"), _rx(r"model_runner|\.models\.|model_executor|attention|\.layers\.")),
+    ("startup", None, _rx(r"__init__|^init|\binit_|launch|start|setup|config|check|verify|post_init"), _rx(r"server_args|arg_utils|config|engine|entrypoints|launch|platforms|worker|utils")),
+)
+
+
+def phase_of(text: str, function: str, module: str) -> str:
+    for phase, by_text, _, _ in PHASE_RULES:
+        if by_text is not None and by_text.search(text):
+            return phase
+    for phase, _, by_func, _ in PHASE_RULES:
+        if by_func is not None and by_func.search(function):
+            return phase
+    for phase, _, _, by_mod in PHASE_RULES:
+        if by_mod is not None and by_mod.search(module):
+            return phase
+    return "unknown"
+
+
+_PHASE_CLASS = {
+    "kv_pool": "startup_kv",
+    "weight_loading": "weights_dont_fit",
+    "graph_capture": "cuda_graph",
+    "encoder": "encoder_starvation",
+    "prefill_decode": "runtime_activation",
+    "sampling": "runtime_activation",
+    "scheduler": "kv_exhaustion",
+    "startup": "unknown_oom",
+    "unknown": "unknown_oom",
+}
+
+
+def class_of(text: str, phase: str) -> str:
+    """The OOM class a message is evidence for; `none` for progress and for problems not about memory."""
+    if not (PROBLEM.search(text) and MEMORY_TEXT.search(text)):
+        return "none"
+    if HOST.search(text):
+        return "host_oom"
+    if KV_EXHAUSTION.search(text):
+        return "kv_exhaustion"
+    if phase == "profiling":
+        # vLLM's "No available memory for the cache blocks" is raised after profiling: the pool did not fit.
+        return "startup_kv" if KV_WORDS.search(text) or "available" in text.lower() else "runtime_activation"
+    if phase in ("startup", "unknown") and KV_WORDS.search(text):
+        return "startup_kv"
+    return _PHASE_CLASS[phase]
+
+
+def is_memory(text: str, function: str) -> bool:
+    return bool(MEMORY_TEXT.search(text) or MEMORY_FUNCTION.search(function))
