@@ -46,8 +46,19 @@ PROBLEM = _rx(
     r"|cannot|can't|can not|failed|fail to|unable|increase|decrease|reduce|lower the|run out|ran out|running out|preempt|retract|evict"
     r"|exhaust|negative|less than|must be (greater|larger|positive|at least)|is full|not (be )?sufficient|fragment|shortage|does not fit|doesn't fit"
 )
-HOST = _rx(r"pinned|host memory|cpu memory|swap space|\bram\b|shared memory|/dev/shm|system memory|host mem|cpu_offload|cpu offload")
-KV_EXHAUSTION = _rx(r"preempt|retract|kv cache (is )?full|out of (kv|blocks|tokens|cache)|no free (blocks|slots|tokens)|evict")
+HOST = _rx(r"pinned (host )?memory|pin_memory|host memory|cpu memory|swap space|\bram\b|/dev/shm|system memory|host mem|cpu offload")
+KV_EXHAUSTION = _rx(
+    r"preempt|retract|(kv cache|pool|indices) (is )?full|out of (kv|blocks|tokens|cache)|no free (blocks|slots|tokens)|evict"
+    r"|(prefill|decode|extend) out of memory|try to allocate \S+ tokens|runs out of memory"
+)
+# Memory words strong enough for a class: "free port", "available plugin" are not about memory.
+CLASS_MEMORY = _rx(
+    r"out of memory|\boom\b|memory|\bmem\b|kv[ _-]?cache|cache blocks?|\btokens?\b|token slots|\bblocks\b|alloc|cuda ?graph"
+    r"|mem-fraction|mem_fraction|gpu_memory_utilization|max-running-requests|batch size"
+)
+# Problems near memory that are not a shortage of it: RDMA registration, ports, tokenizers, collectives.
+NOT_OOM = _rx(r"regist|\bport\b|tokenizer|shared memory based|symmetric memory|lora adapter|context length")
+OOM_WORDS = _rx(r"out of memory|\boom\b|not enough (gpu |device )?memory|insufficient (gpu |device )?memory|memory (is )?(insufficient|exhausted)")
 KV_WORDS = _rx(r"kv[ _-]?cache|cache[ _]blocks?|gpu[ _]blocks|num_gpu_blocks|#tokens|max_total_num_tokens|token[ _]pool|gpu_memory_utilization|mem_fraction")
 
 # (phase, message text, function name, module path): checked in order within each of the three passes.
@@ -85,14 +96,12 @@ _PHASE_CLASS = {
     "prefill_decode": "runtime_activation",
     "sampling": "runtime_activation",
     "scheduler": "kv_exhaustion",
-    "startup": "unknown_oom",
-    "unknown": "unknown_oom",
 }
 
 
 def class_of(text: str, phase: str) -> str:
     """The OOM class a message is evidence for; `none` for progress and for problems not about memory."""
-    if not (PROBLEM.search(text) and MEMORY_TEXT.search(text)):
+    if not (PROBLEM.search(text) and CLASS_MEMORY.search(text)) or NOT_OOM.search(text):
         return "none"
     if HOST.search(text):
         return "host_oom"
@@ -101,8 +110,11 @@ def class_of(text: str, phase: str) -> str:
     if phase == "profiling":
         # vLLM's "No available memory for the cache blocks" is raised after profiling: the pool did not fit.
         return "startup_kv" if KV_WORDS.search(text) or "available" in text.lower() else "runtime_activation"
-    if phase in ("startup", "unknown") and KV_WORDS.search(text):
-        return "startup_kv"
+    if phase in ("startup", "unknown"):
+        # Outside a known phase only the words decide: the pool's size, or a plain out-of-memory.
+        if KV_WORDS.search(text):
+            return "startup_kv"
+        return "unknown_oom" if OOM_WORDS.search(text) else "none"
     return _PHASE_CLASS[phase]
 
 

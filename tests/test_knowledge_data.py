@@ -1,0 +1,133 @@
+"""The generated engine knowledge (oomdoctor/data/knowledge/, built by tools/knowledge/extract.py) is well formed.
+
+Offline: these read the committed files only. They check the shape the later recognizer step will rely
+on, not what the engines print (that is the extractor's job, rerun by hand).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from oomdoctor.base.toml_data import tomllib
+
+from conftest import REPO
+
+DATA = REPO / "oomdoctor" / "data" / "knowledge"
+PHASES = {"weight_loading", "kv_pool", "profiling", "graph_capture", "encoder", "prefill_decode", "sampling", "scheduler", "startup", "unknown"}
+CLASSES = {"startup_kv", "weights_dont_fit", "cuda_graph", "runtime_activation", "encoder_starvation", "kv_exhaustion", "host_oom", "unknown_oom", "none"}
+LEVELS = {"debug", "info", "warning", "error", "raise"}
+HOWS = {"root", "calls", "name", "module"}
+PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*):(int|float|str)\}")
+
+
+def _load(name: str) -> object:
+    return json.loads((DATA / name).read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def sources() -> dict:
+    data = _load("sources.json")
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def messages() -> list:
+    data = _load("messages.json")
+    assert isinstance(data, list)
+    return data
+
+
+@pytest.fixture(scope="module")
+def phases() -> list:
+    data = _load("phases.json")
+    assert isinstance(data, list)
+    return data
+
+
+def _versions(sources: dict, engine: str) -> list[str]:
+    return [r["version"] for r in sources["engines"][engine]["releases"]]
+
+
+def _check_releases(runs: list[str], known: list[str]) -> None:
+    """Each run names selected releases ("a" or "a..b" with a before b in sources.json)."""
+    assert runs, "no source release"
+    for run in runs:
+        first, _, last = run.partition("..")
+        assert first in known, run
+        if last:
+            assert last in known and known.index(first) < known.index(last), run
+
+
+def test_files_are_small_enough_to_commit() -> None:
+    total = sum(p.stat().st_size for p in DATA.iterdir() if p.is_file())
+    assert total < 5_000_000, f"{total} bytes"
+
+
+def test_sources_name_engines_and_releases(sources: dict) -> None:
+    assert {"sglang", "vllm"} <= set(sources["engines"])
+    for engine, info in sources["engines"].items():
+        assert info["package"] and info["releases"], engine
+        versions = _versions(sources, engine)
+        assert len(versions) == len(set(versions)), engine
+
+
+def test_every_message_names_a_release_and_a_module(messages: list, sources: dict) -> None:
+    assert messages
+    for m in messages:
+        known = _versions(sources, m["engine"])
+        _check_releases(m["releases"], known)
+        assert m["sites"]
+        for site in m["sites"]:
+            assert site["module"].split(".")[0] == sources["engines"][m["engine"]]["package"], site
+            assert site["function"] and site["level"] in LEVELS, site
+            _check_releases(site["releases"], known)
+        assert set(m["levels"]) == {s["level"] for s in m["sites"]}
+
+
+def test_placeholders_are_well_formed(messages: list) -> None:
+    for m in messages:
+        text = m["template"].replace("{{", "").replace("}}", "")
+        rest = PLACEHOLDER.sub("", text)
+        assert "{" not in rest and "}" not in rest, m["template"]
+        assert text.strip() == text and "  " not in text, m["template"]
+
+
+def test_phases_and_classes_are_from_the_allowed_sets(messages: list, phases: list) -> None:
+    for m in messages:
+        assert m["phase"] in PHASES, m
+        assert m["class"] in CLASSES, m
+    for row in phases:
+        for function, variants in row["functions"].items():
+            for phase, how, _runs in variants:
+                assert phase in PHASES and how in HOWS, (row["module"], function)
+
+
+def test_templates_are_unique_per_engine(messages: list) -> None:
+    keys = [(m["engine"], m["template"]) for m in messages]
+    assert len(keys) == len(set(keys))
+    assert keys == sorted(keys), "messages.json is sorted by (engine, template)"
+
+
+def test_phase_map_rows_name_releases(phases: list, sources: dict) -> None:
+    assert phases
+    seen = set()
+    for row in phases:
+        key = (row["engine"], row["module"])
+        assert key not in seen, key
+        seen.add(key)
+        assert row["module"].split(".")[0] == sources["engines"][row["engine"]]["package"]
+        for variants in row["functions"].values():
+            for _phase, _how, runs in variants:
+                _check_releases(runs, _versions(sources, row["engine"]))
+
+
+def test_overrides_name_allowed_values() -> None:
+    with (REPO / "tools" / "knowledge" / "overrides.toml").open("rb") as f:
+        overrides = tomllib.load(f).get("message", [])
+    for o in overrides:
+        assert o["engine"] and o["reason"] and ("template" in o or "match" in o), o
+        assert o.get("phase", "unknown") in PHASES and o.get("class", "none") in CLASSES, o
