@@ -217,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         functions[engine.name] = build_functions(engine.name, order, scans)
 
     args.out.mkdir(parents=True, exist_ok=True)
-    header = {"schema": SCHEMA, "generated_by": "tools/knowledge/extract.py"}
+    # The command that reproduces these files, so a reader knows whether this is the full set.
+    command = "python tools/knowledge/extract.py" + (" --quick" if args.quick else "") + (" --engines " + " ".join(args.engines) if args.engines else "")
+    header = {"schema": SCHEMA, "generated_by": command}
     (args.out / "sources.json").write_text(_dump({**header, "engines": sources, "notes": sorted(notes)}) + "\n")
     (args.out / "messages.json").write_text(_lines([_dump(m) for m in messages], "[", "]"))
     func_lines = [_dump({"engine": eng, "module": mod, "functions": fns}) for eng in sorted(functions) for mod, fns in functions[eng].items()]
