@@ -3,8 +3,8 @@
     python benchmarks/knowledge_stats.py [--data DIR]
 
 For each engine: the releases it was built from, the memory messages (by level, by phase and by the
-class they imply) and the functions the phase map covers (by phase and by how the phase was found),
-then the same counts for each selected release. The share of these messages the recognizer handles
+class they imply), the phase map's modules and the functions it lists with their own phase (by phase
+and by how it was found), then messages and covered functions for each selected release. The share of these messages the recognizer handles
 is the next step's figure; until the data is wired in it prints "recognizer: not wired yet".
 """
 
@@ -45,25 +45,24 @@ def main(argv: list[str] | None = None) -> int:
     for engine, info in sorted(sources["engines"].items()):
         order = [r["version"] for r in info["releases"]]
         mine = [m for m in messages if m["engine"] == engine]
-        funcs = [(row["module"], name, variants) for row in phases if row["engine"] == engine for name, variants in row["functions"].items()]
         print(f"{engine}: {len(order)} releases, {order[0]} .. {order[-1]}")
+        rows = [row for row in phases if row["engine"] == engine]
+        groups = [g for row in rows for g in row["groups"]]
         print(f"  memory messages: {len(mine)} templates ({sum(1 for m in mine if m['class'] != 'none')} imply a class)")
-        print(f"    by level: {_counts(Counter(lv for m in mine for lv in m['levels']))}")
+        print(f"    by level: {_counts(Counter(s['level'] for m in mine for s in m['sites']))}")
         print(f"    by phase: {_counts(Counter(m['phase'] for m in mine))}")
         print(f"    by class: {_counts(Counter(m['class'] for m in mine))}")
-        print(f"  functions in the phase map: {len(funcs)}")
-        print(f"    by phase: {_counts(Counter(v[0][0] for _, _, v in funcs))}")
-        print(f"    by how: {_counts(Counter(v[0][1] for _, _, v in funcs))}")
+        print(f"  phase map: {len(rows)} modules ({_counts(Counter(row['phase'] for row in rows))})")
+        listed: Counter[str] = Counter()
+        for g in groups:
+            listed[f"{g[0]} by {g[1]}"] += len(g[3])
+        print(f"    functions listed with their own phase: {sum(listed.values())} ({_counts(listed)})")
         per_msg: Counter[str] = Counter()
         for m in mine:
             per_msg.update(expand(m["releases"], order))
-        per_fn: Counter[str] = Counter()
-        for _, _, variants in funcs:
-            for variant in variants:
-                per_fn.update(expand(variant[2], order))
-        print("  per release: messages / functions")
-        for version in order:
-            print(f"    {version:>14}  {per_msg[version]:6d} / {per_fn[version]:6d}")
+        print("  per release: memory messages / functions in the phase map")
+        for rel in info["releases"]:
+            print(f"    {rel['version']:>14}  {per_msg[rel['version']]:6d} / {rel['phase_map_functions']:6d}")
         print("  recognizer: not wired yet")
     for note in sources.get("notes", []):
         print(f"note: {note}")

@@ -69,8 +69,15 @@ GENERIC = frozenset(_GENERIC_WORDS.split())
 MAX_TARGETS = 6
 
 
+def module_phase(module: str) -> str:
+    """The phase a covered module's functions get when no root reaches them and their name says nothing."""
+    return classify.phase_of("", "", module)
+
+
 def phase_map(engine: str, modules: list[dict]) -> Iterator[tuple[str, str, str, str]]:
-    """(module, function, phase, how) for each covered function of one release; how is root, calls, name or module."""
+    """(module, function, phase, how) for each covered function of one release; how is root, calls, name or module.
+
+    A module with no functions still yields ("", module_phase, "module") so its release is recorded."""
     funcs: list[tuple[str, str, str, list[str]]] = []  # module, qualname, class, calls
     for mod in modules:
         for qualname, cls, calls in mod["functions"]:
@@ -123,6 +130,9 @@ def phase_map(engine: str, modules: list[dict]) -> Iterator[tuple[str, str, str,
                 phase[j] = (phase[i][0], "calls")
                 queue.append(j)
 
+    for mod in modules:
+        if COVERED.search(mod["path"]):
+            yield mod["path"], "", module_phase(mod["path"]), "module"
     for i, (module, qualname, _, _) in enumerate(funcs):
         if not COVERED.search(module):
             continue
@@ -133,7 +143,7 @@ def phase_map(engine: str, modules: list[dict]) -> Iterator[tuple[str, str, str,
         if by_name != "unknown":
             yield module, qualname, by_name, "name"
         else:
-            yield module, qualname, classify.phase_of("", "", module), "module"
+            yield module, qualname, module_phase(module), "module"
 
 
 def _by_name(qualname: str, module: str) -> str:

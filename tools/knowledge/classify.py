@@ -30,14 +30,16 @@ def _rx(pattern: str) -> re.Pattern[str]:
 # A message is about memory when its text (placeholders included: {avail_mem:float} says as much as
 # "avail mem") or its enclosing function's name says so.
 MEMORY_TEXT = _rx(
-    r"memory|\bmem\b|mem[_ ]?(usage|fraction|util)|avail_mem|\boom\b|out of memory|alloc|\bfree\b|available|\bavail\b"
-    r"|kv[ _-]?cache|cache[ _]blocks?|gpu[ _]blocks|cpu[ _]blocks|num_gpu_blocks|\bblocks?\b|token[ _]pool|max_total_num_tokens|#tokens"
-    r"|total[ _]tokens|token usage|preempt|retract|cuda ?graph|cudagraph|graph capture|captur|profil|pinned|swap|\bgib\b|\bgb\b"
-    r"|\bmib\b|\bmb\b|offload|fragment|mem_fraction|gpu_memory_utilization|torch_memory_saver|expandable_segments|\bvram\b|\bhbm\b"
+    r"memory|\bmem\b|mem[_ ]?(usage|fraction|util)|avail_mem|\boom\b|alloc|avail(able)?[ _](gpu[ _])?(mem|size|tokens|blocks|slots|kv)"
+    r"|num_available|free[ _](gpu[ _])?(mem|blocks|slots|tokens|bytes|pages)|\bfreed\b"
+    r"|kv[ _-]?cache|(kv|cache|gpu|cpu|free|physical|num|total)[ _]blocks?|block[ _](table|pool|manager)|token[ _]pool|max_total_num_tokens"
+    r"|#tokens|total[ _]tokens|token usage|preempt|retract|cuda ?graph|graph capture|captur(e|ing) (cuda )?graphs?|capture[ _]sizes?"
+    r"|memory profil|profil(e|ing) run|profiled|profile_run|peak|pinned|swap|\bgib\b|\bgb\b|\bmib\b|\bmb\b|offload|fragment"
+    r"|gpu_memory_utilization|torch_memory_saver|expandable_segments|\bvram\b|\bhbm\b"
 )
 MEMORY_FUNCTION = _rx(
-    r"memory|mem_|_mem\b|alloc|kv_cache|cache_engine|profile|capture|cuda_graph|cudagraph|preempt|retract|swap|offload"
-    r"|num_blocks|available|free_gpu|memory_pool|token_to_kv|max_num_token|pause|resume"
+    r"memory|mem_|_mem\b|alloc|kv_cache|cache_engine|profile_run|determine_available|profile_max|capture|cuda_graph|cudagraph"
+    r"|preempt|retract|swap|offload|num_blocks|free_gpu|token_to_kv|max_num_token"
 )
 
 # A message reports a problem (not just progress) when it says something did not fit or must change.

@@ -122,12 +122,12 @@ def build_messages(engine: str, order: list[str], scans: dict[str, dict], overri
         entry = {
             "engine": engine,
             "template": template,
-            "levels": sorted({k[2] for k in where}),
             "phase": phase,
             "class": classify.class_of(template, phase),
             "releases": compact(all_versions, order),
+            # A site's releases are written only where they differ from the template's (a moved message).
             "sites": [
-                {"module": m, "function": f, "level": lv, **({"exception": e} if e else {}), "releases": compact(vs, order)}
+                {"module": m, "function": f, "level": lv, **({"exception": e} if e else {}), **({"releases": compact(vs, order)} if vs != all_versions else {})}
                 for (m, f, lv, e), vs in sorted(where.items())
             ],
         }
@@ -136,18 +136,38 @@ def build_messages(engine: str, order: list[str], scans: dict[str, dict], overri
     return sorted(entries, key=lambda e: (e["engine"], e["template"]))
 
 
-def build_functions(engine: str, order: list[str], scans: dict[str, dict]) -> dict[str, dict[str, list]]:
-    # module -> function -> (phase, how) -> releases
+def build_functions(engine: str, order: list[str], scans: dict[str, dict]) -> tuple[list[dict], dict[str, int]]:
+    """One row per covered module: its releases and path-derived phase, and the functions whose phase
+    came from a root or the call graph, or whose name gives another phase than the path, grouped by (phase, how, releases) since most of a
+    module's functions share all three. A function a row does not list takes the module's phase:
+    listing those too would triple the file and say nothing the path does not. Also returned: how
+    many functions the map covers in each release, listed or not."""
+    modules: dict[str, set[str]] = defaultdict(set)
+    covered: dict[str, int] = defaultdict(int)
     acc: dict[str, dict[str, dict[tuple[str, str], set[str]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(set)))
     for version, data in scans.items():
         for module, function, phase, how in callgraph.phase_map(engine, data["modules"]):
-            acc[module][function][(phase, how)].add(version)
-    out: dict[str, dict[str, list]] = {}
-    for module in sorted(acc):
-        out[module] = {}
+            modules[module].add(version)
+            covered[version] += bool(function)
+            # Listed: what the call graph found, and names that move a function off its module's phase.
+            if how in ("root", "calls") or (how == "name" and phase != callgraph.module_phase(module)):
+                acc[module][function][(phase, how)].add(version)
+    rows = []
+    for module in sorted(modules):
+        groups: dict[tuple[str, str, tuple[str, ...]], list[str]] = defaultdict(list)
         for function in sorted(acc[module]):
-            out[module][function] = [[p, h, compact(vs, order)] for (p, h), vs in sorted(acc[module][function].items())]
-    return out
+            for (phase, how), versions in acc[module][function].items():
+                groups[(phase, how, tuple(compact(versions, order)))].append(function)
+        rows.append(
+            {
+                "engine": engine,
+                "module": module,
+                "phase": callgraph.module_phase(module),
+                "releases": compact(modules[module], order),
+                "groups": [[p, h, list(r), fns] for (p, h, r), fns in sorted(groups.items())],
+            }
+        )
+    return rows, dict(covered)
 
 
 def _lines(items: list[str], opener: str, closer: str) -> str:
@@ -163,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", type=Path, default=default_cache(), help="download and parse cache (default: %(default)s)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the data files go (default: oomdoctor/data/knowledge)")
-    ap.add_argument("--quick", action="store_true", help=f"only the last {releases.QUICK_MINORS} minors of sglang and vllm, plus torch_memory_saver")
+    ap.add_argument("--quick", action="store_true", help=f"only the last {releases.QUICK_MINORS} minors of sglang and vllm (and, unless --engines says otherwise, torch_memory_saver)")
     ap.add_argument("--offline", action="store_true", help="use only releases already in the cache (no index queries)")
     ap.add_argument("--engines", nargs="*", help="limit to these distribution names")
     ap.add_argument("--jobs", type=int, default=2, help="parallel parses (default 2)")
@@ -174,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     for engine in releases.ENGINES:
         if args.engines and engine.name not in args.engines:
             continue
-        if args.quick and engine.name not in releases.QUICK_ENGINES:
+        if args.quick and not args.engines and engine.name not in releases.QUICK_ENGINES:
             continue
         versions = _cached_versions(args.cache, engine.name) if args.offline else releases.index_versions(engine.name) or []
         if not versions:
@@ -186,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sources: dict[str, dict] = {}
     messages: list[dict] = []
-    functions: dict[str, dict] = {}
+    functions: dict[str, list[dict]] = {}
     overrides = load_overrides()
     for engine, chosen in plan:
         print(f"{engine.name}: {len(chosen)} releases {chosen[0]} .. {chosen[-1]}", file=sys.stderr)
@@ -207,14 +227,21 @@ def main(argv: list[str] | None = None) -> int:
                 scans[version] = fut.result()
                 print(f"  {engine.name} {version}: {len(scans[version]['modules'])} modules", file=sys.stderr)
         order = [v for v in chosen if v in scans]
+        functions[engine.name], covered = build_functions(engine.name, order, scans)
         sources[engine.name] = {
             "package": engine.package,
             "releases": [
-                {"version": v, "file": archives[v].name, "modules": len(scans[v]["modules"]), "unparsed_files": scans[v]["failed_files"]} for v in order
+                {
+                    "version": v,
+                    "file": archives[v].name,
+                    "modules": len(scans[v]["modules"]),
+                    "unparsed_files": scans[v]["failed_files"],
+                    "phase_map_functions": covered.get(v, 0),
+                }
+                for v in order
             ],
         }
         messages.extend(build_messages(engine.name, order, scans, overrides))
-        functions[engine.name] = build_functions(engine.name, order, scans)
 
     args.out.mkdir(parents=True, exist_ok=True)
     # The command that reproduces these files, so a reader knows whether this is the full set.
@@ -222,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     header = {"schema": SCHEMA, "generated_by": command}
     (args.out / "sources.json").write_text(_dump({**header, "engines": sources, "notes": sorted(notes)}) + "\n")
     (args.out / "messages.json").write_text(_lines([_dump(m) for m in messages], "[", "]"))
-    func_lines = [_dump({"engine": eng, "module": mod, "functions": fns}) for eng in sorted(functions) for mod, fns in functions[eng].items()]
+    func_lines = [_dump(row) for eng in sorted(functions) for row in functions[eng]]
     (args.out / "phases.json").write_text(_lines(func_lines, "[", "]"))
     for name in ("sources.json", "messages.json", "phases.json"):
         print(f"{name}: {(args.out / name).stat().st_size / 1e6:.2f} MB", file=sys.stderr)
