@@ -42,33 +42,37 @@ MEMORY_FUNCTION = _rx(
     r"|preempt|retract|swap|offload|num_blocks|free_gpu|token_to_kv|max_num_token"
 )
 
-# A message reports a problem (not just progress) when it says something did not fit or must change.
+# A message reports a shortage (not just progress, nor a configuration conflict) when it says something
+# did not fit, ran out, or must be made smaller or larger to fit.
 PROBLEM = _rx(
-    r"not enough|insufficient|out of memory|\boom\b|exceed|too (large|small|many|long|big)|larger than|no (available|free|space|more)"
-    r"|cannot|can't|can not|failed|fail to|unable|increase|decrease|reduce|lower the|run out|ran out|running out|preempt|retract|evict"
-    r"|exhaust|negative|less than|must be (greater|larger|positive|at least)|is full|not (be )?sufficient|fragment|shortage|does not fit|doesn't fit"
+    r"not enough|insufficient|out of memory|\boom\b|exceed|too (large|small|big)|larger than|less than|no (available|free|space|more)"
+    r"|runs? out|ran out|running out|preempt|retract|evict|exhaust|is full|(does not|doesn't|not) fit|cannot (allocate|fit|get \S+ free)"
+    r"|(failed|unable) to allocate|allocation failed|try (increasing|decreasing|lowering|reducing)|please (increase|decrease|lower|reduce)"
 )
-HOST = _rx(r"pinned (host )?memory|pin_memory|host memory|cpu memory|swap space|\bram\b|/dev/shm|system memory|host mem|cpu offload")
+HOST = _rx(r"pinned (host )?memory|page-locked|pin_memory|host memory|cpu memory|swap space|\bram\b|/dev/shm|system memory|numa node")
+HOST_MODULE = _rx(r"cpu_worker|memory_pool_host|host_kv|\.cpu\.")
 KV_EXHAUSTION = _rx(
     r"preempt|retract|(kv cache|pool|indices) (is )?full|out of (kv|blocks|tokens|cache)|no free (blocks|slots|tokens)|evict"
     r"|(prefill|decode|extend) out of memory|try to allocate \S+ tokens|runs out of memory"
 )
-# Memory words strong enough for a class: "free port", "available plugin" are not about memory.
+# Memory words strong enough for a class: "free port", "bad word tokens" are not about memory.
 CLASS_MEMORY = _rx(
-    r"out of memory|\boom\b|memory|\bmem\b|kv[ _-]?cache|cache blocks?|\btokens?\b|token slots|\bblocks\b|alloc|cuda ?graph"
-    r"|mem-fraction|mem_fraction|gpu_memory_utilization|max-running-requests|batch size"
+    r"out of memory|\boom\b|memory|\bmem\b|kv[ _-]?cache|cache blocks?|token slots|tokens? (pool|capacity)|allocate \S+ tokens"
+    r"|max_total_num_tokens|\bblocks\b|alloc|cuda ?graph|mem-fraction|mem_fraction|gpu_memory_utilization|max-running-requests|max_num_seqs|\bgib\b"
 )
-# Problems near memory that are not a shortage of it: RDMA registration, ports, tokenizers, collectives.
-NOT_OOM = _rx(r"regist|\bport\b|tokenizer|shared memory based|symmetric memory|lora adapter|context length")
+# Shortages near memory that are not of GPU or host memory: RDMA registration, ports, tokenizers, collectives.
+NOT_OOM = _rx(r"regist|\bport\b|tokenizer|shared memory based|symmetric memory|lora adapter|context length|rope grid")
 OOM_WORDS = _rx(r"out of memory|\boom\b|not enough (gpu |device )?memory|insufficient (gpu |device )?memory|memory (is )?(insufficient|exhausted)")
-KV_WORDS = _rx(r"kv[ _-]?cache|cache[ _]blocks?|gpu[ _]blocks|num_gpu_blocks|#tokens|max_total_num_tokens|token[ _]pool|gpu_memory_utilization|mem_fraction")
+# The pool's size as the subject (a phase) and as a remedy (a class): the flags that size it count only for the class.
+KV_SUBJECT = _rx(r"kv[ _-]?cache|cache[ _]blocks?|gpu[ _]blocks|num_gpu_blocks|#tokens|max_total_num_tokens|token[ _]pool")
+KV_WORDS = _rx(KV_SUBJECT.pattern + r"|gpu_memory_utilization|gpu-memory-utilization|mem_fraction|mem-fraction")
 
 # (phase, message text, function name, module path): checked in order within each of the three passes.
 PHASE_RULES: tuple[tuple[str, re.Pattern[str] | None, re.Pattern[str] | None, re.Pattern[str] | None], ...] = (
     ("graph_capture", _rx(r"cuda ?graph|cudagraph|graph capture|capture (cuda )?graph|piecewise"), _rx(r"capture|cuda_graph|cudagraph|graph_runner"), _rx(r"cuda_graph|cudagraph|graph_runner|piecewise")),
     ("profiling", _rx(r"profil|peak memory|determine.*memory"), _rx(r"profile|determine_available_memory|determine_num_available_blocks|memory_profiling"), _rx(r"profil")),
     ("scheduler", _rx(r"preempt|retract"), _rx(r"schedul|preempt|retract|swap_in|swap_out|policy"), _rx(r"schedul|block_manager|policy|core\.sched")),
-    ("kv_pool", KV_WORDS, _rx(r"init_memory_pool|kv_cache|cache_engine|allocate_kv|initialize_cache|init_cache|num_blocks|memory_pool|max_num_token"), _rx(r"memory_pool|mem_cache|cache_engine|kv_cache|block_pool|allocator")),
+    ("kv_pool", KV_SUBJECT, _rx(r"init_memory_pool|kv_cache|cache_engine|allocate_kv|initialize_cache|init_cache|num_blocks|memory_pool|max_num_token"), _rx(r"memory_pool|mem_cache|cache_engine|kv_cache|block_pool|allocator")),
     ("weight_loading", _rx(r"load(ing)? (the )?(model|weight)|weights? load|checkpoint|safetensors|\bshards?\b"), _rx(r"load_model|load_weight|weight_loader|get_model|download|create_weights"), _rx(r"model_loader|weight_utils|\.loader")),
     ("encoder", _rx(r"encoder|vision|image|video|audio|multimodal|multi-modal"), _rx(r"encod|vision|image|video|audio|mm_|multimodal"), _rx(r"multimodal|vision|encoder|mm_|audio")),
     ("sampling", _rx(r"sampl|logprob"), _rx(r"sampl|logits|logprob"), _rx(r"sampl|logits")),
@@ -101,11 +105,13 @@ _PHASE_CLASS = {
 }
 
 
-def class_of(text: str, phase: str) -> str:
+def class_of(text: str, phase: str, module: str = "") -> str:
     """The OOM class a message is evidence for; `none` for progress and for problems not about memory."""
     if not (PROBLEM.search(text) and CLASS_MEMORY.search(text)) or NOT_OOM.search(text):
         return "none"
-    if HOST.search(text):
+    # Host memory, unless the text is about the KV pool (vLLM's "No available memory for the cache
+    # blocks" mentions that the flag also controls CPU memory); the CPU worker's pool is host memory.
+    if (HOST.search(text) and not KV_SUBJECT.search(text)) or HOST_MODULE.search(module):
         return "host_oom"
     if KV_EXHAUSTION.search(text):
         return "kv_exhaustion"

@@ -114,7 +114,7 @@ def build_messages(engine: str, order: list[str], scans: dict[str, dict], overri
     for template, where in sites.items():
         all_versions = set().union(*where.values())
         ordered = sorted(where.items(), key=lambda kv: (-len(kv[1]), kv[0]))  # the site most releases share first
-        phase = "unknown"
+        phase, module = "unknown", ordered[0][0][0]
         for (module, function, _, _), _ in ordered:
             phase = classify.phase_of(template, function, module)
             if phase != "unknown":
@@ -123,7 +123,7 @@ def build_messages(engine: str, order: list[str], scans: dict[str, dict], overri
             "engine": engine,
             "template": template,
             "phase": phase,
-            "class": classify.class_of(template, phase),
+            "class": classify.class_of(template, phase, module),
             "releases": compact(all_versions, order),
             # A site's releases are written only where they differ from the template's (a moved message).
             "sites": [
@@ -243,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         messages.extend(build_messages(engine.name, order, scans, overrides))
 
+    messages.sort(key=lambda m: (m["engine"], m["template"]))  # engines were read in ENGINES order
     args.out.mkdir(parents=True, exist_ok=True)
     # The command that reproduces these files, so a reader knows whether this is the full set.
     command = "python tools/knowledge/extract.py" + (" --quick" if args.quick else "") + (" --engines " + " ".join(args.engines) if args.engines else "")
