@@ -1,7 +1,7 @@
 """Build oomdoctor/data/knowledge/ from the engines' released code.
 
     python tools/knowledge/extract.py            # every selected release (the documented default)
-    python tools/knowledge/extract.py --quick    # last 6 minors of sglang and vllm, plus torch_memory_saver
+    python tools/knowledge/extract.py --quick    # last 6 minors of sglang and vllm; the smaller engines in full
 
 Releases are downloaded into a cache outside the repository (~/.cache/oomdoctor-knowledge, or
 --cache / $OOMDOCTOR_KNOWLEDGE_CACHE) and reused on the next run; each release's parse is cached there
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", type=Path, default=default_cache(), help="download and parse cache (default: %(default)s)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the data files go (default: oomdoctor/data/knowledge)")
-    ap.add_argument("--quick", action="store_true", help=f"only the last {releases.QUICK_MINORS} minors of sglang and vllm (and, unless --engines says otherwise, torch_memory_saver)")
+    ap.add_argument("--quick", action="store_true", help=f"only the last {releases.QUICK_MINORS} minors of sglang and vllm (the smaller engines in full)")
     ap.add_argument("--offline", action="store_true", help="use only releases already in the cache (no index queries)")
     ap.add_argument("--engines", nargs="*", help="limit to these distribution names")
     ap.add_argument("--jobs", type=int, default=2, help="parallel parses (default 2)")
@@ -193,8 +193,6 @@ def main(argv: list[str] | None = None) -> int:
     plan: list[tuple[releases.Engine, list[str]]] = []
     for engine in releases.ENGINES:
         if args.engines and engine.name not in args.engines:
-            continue
-        if args.quick and not args.engines and engine.name not in releases.QUICK_ENGINES:
             continue
         versions = _cached_versions(args.cache, engine.name) if args.offline else releases.index_versions(engine.name) or []
         if not versions:

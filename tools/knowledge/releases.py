@@ -36,9 +36,8 @@ ENGINES: tuple[Engine, ...] = (
     Engine("sglang-omni", "sglang_omni", optional=True),
 )
 
-# The smaller first run (--quick): the last few minors of the two main engines plus the allocator shim.
+# The smaller run (--quick): the last few minors of the two big engines; the others are small enough in full.
 QUICK_MINORS = 6
-QUICK_ENGINES = ("sglang", "vllm", "torch_memory_saver")
 
 _FINAL = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:\.post(\d+))?$")
 
