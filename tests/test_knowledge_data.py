@@ -138,3 +138,30 @@ def test_overrides_name_allowed_values() -> None:
     for o in overrides:
         assert o["engine"] and o["reason"] and ("template" in o or "match" in o), o
         assert o.get("phase", "unknown") in PHASES and o.get("class", "none") in CLASSES, o
+
+
+def test_the_scanner_turns_messages_into_typed_templates() -> None:
+    """The extractor's own parse on a made-up module (no engine code): f-string, % and .format fields."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tools" / "knowledge"))
+    try:
+        import scan
+    finally:
+        sys.path.pop(0)
+    source = b'''
+class ModelRunner:
+    def init_memory_pool(self, total_gpu_memory):
+        logger.info(f"KV Cache is allocated. #tokens: {self.max_total_num_tokens}, K size: {k_size / GB:.2f} GB")
+        logger.warning("avail mem=%.2f GB, %d blocks for %s", avail, num_blocks, name)
+        msg = "Not enough memory. Please try to increase --mem-fraction-static. {}".format(detail)
+        raise RuntimeError(msg)
+'''
+    module = scan.scan_source(source, "engine.model_runner")
+    assert module is not None
+    got = [(m.template, m.level, m.function, m.exception) for m in module.messages]
+    assert got == [
+        ("KV Cache is allocated. #tokens: {max_total_num_tokens:int}, K size: {k_size:float} GB", "info", "ModelRunner.init_memory_pool", ""),
+        ("avail mem={avail:float} GB, {num_blocks:int} blocks for {name:str}", "warning", "ModelRunner.init_memory_pool", ""),
+        ("Not enough memory. Please try to increase --mem-fraction-static. {detail:str}", "raise", "ModelRunner.init_memory_pool", "RuntimeError"),
+    ]
