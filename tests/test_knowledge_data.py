@@ -1,0 +1,167 @@
+"""The generated engine knowledge (oomdoctor/data/knowledge/, built by tools/knowledge/extract.py) is well formed.
+
+Offline: these read the committed files only. They check the shape the later recognizer step will rely
+on, not what the engines print (that is the extractor's job, rerun by hand).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from oomdoctor.base.toml_data import tomllib
+
+from conftest import REPO
+
+DATA = REPO / "oomdoctor" / "data" / "knowledge"
+PHASES = {"weight_loading", "kv_pool", "profiling", "graph_capture", "encoder", "prefill_decode", "sampling", "scheduler", "startup", "unknown"}
+CLASSES = {"startup_kv", "weights_dont_fit", "cuda_graph", "runtime_activation", "encoder_starvation", "kv_exhaustion", "host_oom", "unknown_oom", "none"}
+LEVELS = {"debug", "info", "warning", "error", "raise"}
+HOWS = {"root", "calls", "name", "module"}
+PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*):(int|float|str)\}")
+
+
+def _load(name: str) -> object:
+    return json.loads((DATA / name).read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def sources() -> dict:
+    data = _load("sources.json")
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def messages() -> list:
+    data = _load("messages.json")
+    assert isinstance(data, list)
+    return data
+
+
+@pytest.fixture(scope="module")
+def phases() -> list:
+    data = _load("phases.json")
+    assert isinstance(data, list)
+    return data
+
+
+def _versions(sources: dict, engine: str) -> list[str]:
+    return [r["version"] for r in sources["engines"][engine]["releases"]]
+
+
+def _check_releases(runs: list[str], known: list[str]) -> None:
+    """Each run names selected releases ("a" or "a..b" with a before b in sources.json)."""
+    assert runs, "no source release"
+    for run in runs:
+        first, _, last = run.partition("..")
+        assert first in known, run
+        if last:
+            assert last in known and known.index(first) < known.index(last), run
+
+
+def test_files_are_small_enough_to_commit() -> None:
+    total = sum(p.stat().st_size for p in DATA.iterdir() if p.is_file())
+    assert total < 5_000_000, f"{total} bytes"
+
+
+def test_sources_name_engines_and_releases(sources: dict) -> None:
+    assert {"sglang", "vllm"} <= set(sources["engines"])
+    for engine, info in sources["engines"].items():
+        assert info["package"] and info["releases"], engine
+        versions = _versions(sources, engine)
+        assert len(versions) == len(set(versions)), engine
+
+
+def test_every_message_names_a_release_and_a_module(messages: list, sources: dict) -> None:
+    assert messages
+    for m in messages:
+        known = _versions(sources, m["engine"])
+        _check_releases(m["releases"], known)
+        assert m["sites"]
+        for site in m["sites"]:
+            assert site["module"].split(".")[0] == sources["engines"][m["engine"]]["package"], site
+            assert site["function"] and site["level"] in LEVELS, site
+            _check_releases(site.get("releases", m["releases"]), known)
+
+
+def test_placeholders_are_well_formed(messages: list) -> None:
+    for m in messages:
+        text = m["template"].replace("{{", "").replace("}}", "")
+        rest = PLACEHOLDER.sub("", text)
+        assert "{" not in rest and "}" not in rest, m["template"]
+        assert text.strip() == text and "  " not in text, m["template"]
+
+
+def test_phases_and_classes_are_from_the_allowed_sets(messages: list, phases: list) -> None:
+    for m in messages:
+        assert m["phase"] in PHASES, m
+        assert m["class"] in CLASSES, m
+    for row in phases:
+        assert row["phase"] in PHASES, row["module"]
+        for phase, how, _runs, functions in row["groups"]:
+            assert phase in PHASES and how in HOWS and functions, row["module"]
+
+
+def test_templates_are_unique_per_engine(messages: list) -> None:
+    keys = [(m["engine"], m["template"]) for m in messages]
+    assert len(keys) == len(set(keys))
+    assert keys == sorted(keys), "messages.json is sorted by (engine, template)"
+
+
+def test_phase_map_rows_name_releases(phases: list, sources: dict) -> None:
+    assert phases
+    seen = set()
+    for row in phases:
+        key = (row["engine"], row["module"])
+        assert key not in seen, key
+        seen.add(key)
+        assert row["module"].split(".")[0] == sources["engines"][row["engine"]]["package"]
+        known = _versions(sources, row["engine"])
+        _check_releases(row["releases"], known)
+        for _phase, _how, runs, _functions in row["groups"]:
+            _check_releases(runs, known)
+
+
+def test_the_call_graph_reached_the_declared_roots(phases: list) -> None:
+    """The main engines' roots were found (a renamed runner would silently leave its phase to the paths)."""
+    for engine in ("sglang", "vllm"):
+        reached = {g[0] for row in phases if row["engine"] == engine for g in row["groups"] if g[1] == "root"}
+        assert {"kv_pool", "graph_capture", "weight_loading"} <= reached, (engine, reached)
+
+
+def test_overrides_name_allowed_values() -> None:
+    with (REPO / "tools" / "knowledge" / "overrides.toml").open("rb") as f:
+        overrides = tomllib.load(f).get("message", [])
+    for o in overrides:
+        assert o["engine"] and o["reason"] and ("template" in o or "match" in o), o
+        assert o.get("phase", "unknown") in PHASES and o.get("class", "none") in CLASSES, o
+
+
+def test_the_scanner_turns_messages_into_typed_templates() -> None:
+    """The extractor's own parse on a made-up module (no engine code): f-string, % and .format fields."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tools" / "knowledge"))
+    try:
+        import scan
+    finally:
+        sys.path.pop(0)
+    source = b'''
+class ModelRunner:
+    def init_memory_pool(self, total_gpu_memory):
+        logger.info(f"KV Cache is allocated. #tokens: {self.max_total_num_tokens}, K size: {k_size / GB:.2f} GB")
+        logger.warning("avail mem=%.2f GB, %d blocks for %s", avail, num_blocks, name)
+        msg = "Not enough memory. Please try to increase --mem-fraction-static. {}".format(detail)
+        raise RuntimeError(msg)
+'''
+    module = scan.scan_source(source, "engine.model_runner")
+    assert module is not None
+    got = [(m.template, m.level, m.function, m.exception) for m in module.messages]
+    assert got == [
+        ("KV Cache is allocated. #tokens: {max_total_num_tokens:int}, K size: {k_size:float} GB", "info", "ModelRunner.init_memory_pool", ""),
+        ("avail mem={avail:float} GB, {num_blocks:int} blocks for {name:str}", "warning", "ModelRunner.init_memory_pool", ""),
+        ("Not enough memory. Please try to increase --mem-fraction-static. {detail:str}", "raise", "ModelRunner.init_memory_pool", "RuntimeError"),
+    ]
