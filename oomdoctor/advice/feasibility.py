@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from oomdoctor.advice.recommendation import ALTERNATIVE, COMPANION, NOT_WORKABLE, PRIMARY, Recommendation, format_value, tensor_parallel_flag
 from oomdoctor.base.units import floor_to
 from oomdoctor.memory import budget
-from oomdoctor.memory.budget import Step
+from oomdoctor.memory.derivation import Step
 
 if TYPE_CHECKING:
     from typing import Any

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from oomdoctor.advice.recommendation import Recommendation, tensor_parallel_flag
 from oomdoctor.base.units import floor_to, format_bytes
 from oomdoctor.memory import budget
-from oomdoctor.memory.budget import Step
+from oomdoctor.memory.derivation import Step
 
 if TYPE_CHECKING:
     from oomdoctor.inference.facts import Facts

@@ -6,7 +6,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from oomdoctor.memory.budget import Step
+from oomdoctor.memory.derivation import Step
 
 if TYPE_CHECKING:
     from typing import Any

@@ -8,7 +8,7 @@ from oomdoctor.advice.generic import halve_flag
 from oomdoctor.advice.recommendation import Recommendation
 from oomdoctor.base.units import floor_to, format_bytes
 from oomdoctor.memory import budget
-from oomdoctor.memory.budget import Step
+from oomdoctor.memory.derivation import Derived, Step
 
 if TYPE_CHECKING:
     from oomdoctor.inference.facts import Facts
@@ -35,7 +35,7 @@ def vllm_raise_util(f: Facts) -> list[Recommendation]:
         ]
     steps = [
         Step("total GPU memory", "from vLLM's profile / startup check / OOM message", total, "bytes"),
-        *f.derivations.get("non_kv_bytes", budget.Derived(non_kv, (Step("non-KV memory (weights + activation peak + non-torch)", "vLLM profile", non_kv, "bytes"),))).steps,
+        *f.derivations.get("non_kv_bytes", Derived(non_kv, (Step("non-KV memory (weights + activation peak + non-torch)", "vLLM profile", non_kv, "bytes"),))).steps,
         *steps,
     ]
     if util is not None:

@@ -327,14 +327,6 @@ def describe(n_bytes: int | None) -> str:
     """Bytes for a sentence."""
     return format_bytes(n_bytes)
 
-__all__ = [
-    "GIB",
-    "Window",
-    "ceil_to",
-    "choose_in_window",
-    "floor_to",
-    "raise_in_window",
-]
 
 
 # --- vLLM: --gpu-memory-utilization is a fraction of *total* memory ----------------------------------
@@ -344,9 +336,14 @@ __all__ = [
 VLLM_MARGIN_BYTES = 512 * MIB
 
 
+def vllm_instance_budget_bytes(total_bytes: int, util: float) -> int:
+    """What vLLM may use at --gpu-memory-utilization u: u*total."""
+    return round(total_bytes * util)
+
+
 def vllm_kv_budget_bytes(total_bytes: int, util: float, non_kv_bytes: int) -> int:
     """vLLM's KV budget: u*total - (weights + activation peak + non-torch [+ graphs])."""
-    return round(total_bytes * util) - non_kv_bytes
+    return vllm_instance_budget_bytes(total_bytes, util) - non_kv_bytes
 
 
 def vllm_kv_derivation(total_bytes: int, util: float, non_kv_bytes: int) -> Derived:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from oomdoctor.memory import budget
+from oomdoctor.memory.derivation import Derived, Step
 from oomdoctor.memory.gpus import smallest_card_holding
 
 if TYPE_CHECKING:
@@ -55,17 +56,17 @@ def budget_view(facts: Facts | None) -> dict[str, Any]:
     return view
 
 
-def _autotune_view(facts: Facts) -> budget.Derived | None:
+def _autotune_view(facts: Facts) -> Derived | None:
     if facts.get("system") != "sglang":
         return None
     capacity = facts.get("capacity_bytes")
-    assumed: list[budget.Step] = []
+    assumed: list[Step] = []
     if not capacity and facts.get("pre_bytes"):
         card = smallest_card_holding(facts.get("pre_bytes"))
         if card is None:
             return None
         capacity = card[1]
-        assumed.append(budget.Step("card capacity (assumed from pre)", f"smallest known card above pre: {card[0]}", capacity, "bytes"))
+        assumed.append(Step("card capacity (assumed from pre)", f"smallest known card above pre: {card[0]}", capacity, "bytes"))
     if not capacity:
         return None
     era = "B" if facts.get("load_end_era") == "V-a/b" else "current"
@@ -77,4 +78,4 @@ def _autotune_view(facts: Facts) -> budget.Derived | None:
         chunked_prefill_size=facts.get("chunked_prefill_size"),
         cuda_graph_max_bs=facts.get("cuda_graph_max_bs"),
     )
-    return budget.Derived(auto.value, (*tuple(assumed), budget.Step("auto-tune era", "from the log's line formats", era, "text"), *auto.steps))
+    return Derived(auto.value, (*tuple(assumed), Step("auto-tune era", "from the log's line formats", era, "text"), *auto.steps))

@@ -125,7 +125,7 @@ def _sglang_bars(f: Facts, r: Readings, mfs: float | None = None) -> list[dict[s
         kv = kvs.get(rank or "", max(post - dynamic, 0)) if mfs is None else None
         graph = graphs.get(rank or "", 0) if mfs is None else f.get("cuda_graph_bytes", 0)
         other = f.get("foreign_process_bytes", 0) if (rank == oom_rank or len(pres) <= 1) else 0
-        bar = sglang_bar(rank or "GPU", total, pre, pre - post, y, kv=kv, graphs=graph or 0, other=other or 0, total_assumed=capacity is None)
+        bar = sglang_bar(rank or "GPU", total, pre, budget.sglang_weights_bytes(pre, post), y, kv=kv, graphs=graph or 0, other=other or 0, total_assumed=capacity is None)
         if mfs is None and (rank == oom_rank or len(pres) <= 1) and f.get("requested_bytes") is not None:
             bar["request"] = {"requested_bytes": f.get("requested_bytes"), "free_bytes": f.get("free_bytes")}
         bars.append(bar)

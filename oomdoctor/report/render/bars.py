@@ -1,8 +1,7 @@
 """The GPU bars' data: each GPU's memory as segments in drawing order, each with its legend label.
 
-Shared by the diagnose view (every format) and the plan page; render/svg.py draws them. Built from
-plain numbers with units' arithmetic only, so a text or JSON report never imports the drawing code;
-the two formulas mirror budget.py's, and tests/test_report_html.py checks that they agree.
+Shared by the diagnose view (every format) and the plan page; render/svg.py draws them. The budget
+formulas are memory.budget's; a text or JSON report never imports the drawing code.
 """
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.units import gib_text
+from oomdoctor.memory import budget
 
 if TYPE_CHECKING:
     from typing import Any
@@ -41,8 +41,8 @@ def sglang_bar(name: str, total: int, pre: int, weights: int, y: float, kv: int 
     When the weights and the reserve need more than the card (a startup KV failure or weights that do not
     fit) the segments run past the total; ``note`` says by how much and why.
     """
-    dynamic = round(pre * (1.0 - y))  # budget.sglang_dynamic_region_bytes
-    kv_budget = pre - weights - dynamic
+    dynamic = budget.sglang_dynamic_region_bytes(pre, y)
+    kv_budget = budget.sglang_kv_budget_bytes(pre, pre - weights, y)
     kv = max(kv_budget, 0) if kv is None else kv
     context = max(total - pre - other, 0)
     used = context + weights + kv + dynamic + other
@@ -76,7 +76,7 @@ def vllm_bar(name: str, total: int, u: float, weights: int, non_kv: int, graphs:
     peak alone exceed u*total the bar says "over u*total by ..." and ``note`` explains that raising u,
     not freeing memory, is what gives the KV cache room.
     """
-    limit = round(total * u)
+    limit = budget.vllm_instance_budget_bytes(total, u)
     act = max(non_kv - weights, 0)
     kv = max(limit - non_kv, 0)
     outside = max(total - max(limit, non_kv) - other - graphs, 0)
@@ -86,7 +86,7 @@ def vllm_bar(name: str, total: int, u: float, weights: int, non_kv: int, graphs:
         "total_bytes": total,
         "total_assumed": False,
         "segments": _segments(_VLLM_ORDER, weights=weights, dynamic=act, kv=kv, graphs=graphs, other=other, outside=outside),
-        "kv_budget_bytes": limit - non_kv,  # budget.vllm_kv_budget_bytes
+        "kv_budget_bytes": budget.vllm_kv_budget_bytes(total, u, non_kv),
         "mfs": u,
         "limit_bytes": limit,
         "limit_name": "u*total",
