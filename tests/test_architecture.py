@@ -12,7 +12,8 @@ from pathlib import Path
 
 import oomdoctor
 
-PKG = Path(oomdoctor.__file__).resolve().parent
+# The checkout's source, whatever the installed copy (CI installs the package non-editable).
+PKG = Path(__file__).resolve().parent.parent / "oomdoctor"
 # The top level besides the layer packages: the package itself, ``python -m oomdoctor``, and the
 # in-server capture hook with its site directory.
 ENTRY = {"oomdoctor", "oomdoctor.__main__"}
