@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,28 @@ def run_cli():
         return Result(res.exit_code, res.stdout, res.stderr)
 
     return _run
+
+
+# Each oomdoctor process of the resource tests runs inside a wrapper that reports its peak RSS.
+_MEASURE = (
+    "import resource, subprocess, sys\n"
+    "r = subprocess.run([sys.executable, '-m', 'oomdoctor', *sys.argv[2:]], capture_output=True, text=True, timeout=float(sys.argv[1]))\n"
+    "sys.stderr.write(r.stderr)\n"
+    "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)\n"
+)
+
+
+def measured(*args: str, timeout: float = 120) -> tuple[int, str, int]:
+    """(exit code, stderr, peak RSS in MB) of ``oomdoctor ARGS`` in a fresh process (the wrapper kills it past ``timeout``)."""
+    r = subprocess.run([sys.executable, "-c", _MEASURE, str(timeout), *args], capture_output=True, text=True, timeout=timeout + 30, cwd="/")
+    assert r.returncode == 0, r.stderr[-2000:]  # the hang guard
+    code, rss = r.stdout.split()
+    return int(code), r.stderr, int(rss)
+
+
+def one_error(stderr: str) -> str:
+    """The one `oomdoctor: error:` line of ``stderr``, with no traceback and no internal error."""
+    assert "Traceback" not in stderr and "internal error" not in stderr, stderr[-2000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("oomdoctor: error:")]
+    assert len(errors) == 1, stderr[-2000:]
+    return errors[0]

@@ -10,33 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, measured, one_error
 
 SEED = FIXTURES / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"
 PLAN_MODEL = FIXTURES / "plan" / "llama-3.1-8b"
-
-_MEASURE = (
-    "import resource, subprocess, sys\n"
-    "r = subprocess.run([sys.executable, '-m', 'oomdoctor', *sys.argv[2:]], capture_output=True, text=True, timeout=float(sys.argv[1]))\n"
-    "sys.stderr.write(r.stderr)\n"
-    "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)\n"
-)
-
-
-def measured(*args: str, timeout: float = 120) -> tuple[int, str, int]:
-    """(exit code, stderr, peak RSS in MB) of ``oomdoctor ARGS`` in a fresh process (the wrapper kills it past ``timeout``)."""
-    r = subprocess.run([sys.executable, "-c", _MEASURE, str(timeout), *args], capture_output=True, text=True, timeout=timeout + 30, cwd="/")
-    assert r.returncode == 0, r.stderr[-2000:]
-    code, rss = r.stdout.split()
-    return int(code), r.stderr, int(rss)
-
-
-def one_error(stderr: str) -> str:
-    assert "Traceback" not in stderr and "internal error" not in stderr, stderr[-2000:]
-    errors = [line for line in stderr.splitlines() if line.startswith("oomdoctor: error:")]
-    assert len(errors) == 1, stderr[-2000:]
-    return errors[0]
-
 
 def cli(*args: str, stdin_closed: bool = False, timeout: float = 120) -> subprocess.CompletedProcess:
     if stdin_closed:  # `oomdoctor ... <&-`: file descriptor 0 not open at all

@@ -8,39 +8,14 @@ RSS is measured in a wrapper process that runs oomdoctor as its only child
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, measured, one_error
 
 SEED = FIXTURES / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"
 RSS_LIMIT_MB = 500
-
-_MEASURE = (
-    "import resource, subprocess, sys\n"
-    "r = subprocess.run([sys.executable, '-m', 'oomdoctor', *sys.argv[2:]], capture_output=True, text=True, timeout=float(sys.argv[1]))\n"
-    "sys.stderr.write(r.stderr)\n"
-    "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)\n"
-)
-
-
-def measured(*args: str, timeout: float = 120) -> tuple[int, str, int]:
-    """(exit code, stderr, peak RSS in MB) of ``oomdoctor ARGS`` in a fresh process."""
-    r = subprocess.run([sys.executable, "-c", _MEASURE, str(timeout), *args], capture_output=True, text=True, timeout=timeout + 30, cwd="/")
-    assert r.returncode == 0, r.stderr[-2000:]  # the hang guard (the wrapper kills oomdoctor past ``timeout``)
-    code, rss = r.stdout.split()
-    return int(code), r.stderr, int(rss)
-
-
-def one_error(stderr: str) -> str:
-    assert "Traceback" not in stderr and "internal error" not in stderr, stderr[-2000:]
-    errors = [line for line in stderr.splitlines() if line.startswith("oomdoctor: error:")]
-    assert len(errors) == 1, stderr[-2000:]
-    return errors[0]
-
 
 # --- snapshot pickles ---------------------------------------------------------------------------
 
