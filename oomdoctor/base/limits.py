@@ -8,6 +8,7 @@ about 500 MB of RSS. Logs are not read whole: they stream in chunks of whole lin
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
@@ -15,7 +16,6 @@ from oomdoctor.base.errors import InputError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
-    from types import TracebackType
     from typing import Any
 
 MIB = 1 << 20
@@ -51,47 +51,46 @@ def too_large(path: str, size: int | None, max_bytes: int, what: str) -> str:
     return f"{path}: larger{got} than the {max_bytes // MIB} MiB cap for {what} (README \"Input caps\"); not read"
 
 
-class memory_budget:  # used as a function: ``with memory_budget(path, what):``; contextlib stays off the start path
+@contextlib.contextmanager
+def memory_budget(path: str, what: str, max_bytes: int = INPUT_MEMORY_BYTES) -> Iterator[None]:
     """Inside the block the process may grow its address space by at most ``max_bytes`` (Linux RLIMIT_AS).
 
     An allocation past it raises MemoryError, which leaves the block as InputError naming the input:
     a hostile file is refused with the limit named instead of taking the host's memory. A no-op where
     the limit cannot be set (no /proc, no RLIMIT_AS) and inside another budget that is already tighter.
     """
-
-    def __init__(self, path: str, what: str, max_bytes: int = INPUT_MEMORY_BYTES) -> None:
-        self.path, self.what, self.max_bytes = path, what, max_bytes
-        self.old: tuple[int, int] | None = None
-
-    def __enter__(self) -> memory_budget:
-        try:
+    old = _tighten_address_space(max_bytes)
+    try:
+        yield
+    except MemoryError:
+        raise InputError(
+            f"{path}: reading this {what} needs more than {max_bytes // MIB} MiB of memory, "
+            "the limit for one input (README \"Input caps\"); a file built to exhaust memory, or far larger than any real one"
+        ) from None
+    finally:
+        if old is not None:
             import resource
 
-            with open("/proc/self/statm") as fh:
-                current = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-            new = current + self.max_bytes
-            if hard != resource.RLIM_INFINITY:
-                new = min(new, hard)
-            if soft != resource.RLIM_INFINITY and soft <= new:
-                return self  # already as tight (an enclosing budget, or the user's ulimit -v)
-            resource.setrlimit(resource.RLIMIT_AS, (new, hard))
-            self.old = (soft, hard)
-        except (ImportError, OSError, ValueError, AttributeError):
-            pass
-        return self
+            resource.setrlimit(resource.RLIMIT_AS, old)
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if self.old is not None:
-            import resource
 
-            resource.setrlimit(resource.RLIMIT_AS, self.old)
-            self.old = None
-        if exc_type is not None and issubclass(exc_type, MemoryError):
-            raise InputError(
-                f"{self.path}: reading this {self.what} needs more than {self.max_bytes // MIB} MiB of memory, "
-                "the limit for one input (README \"Input caps\"); a file built to exhaust memory, or far larger than any real one"
-            ) from None
+def _tighten_address_space(max_bytes: int) -> tuple[int, int] | None:
+    """Lower RLIMIT_AS to the current size plus ``max_bytes``; the limit it replaced, or None when unchanged."""
+    try:
+        import resource
+
+        with open("/proc/self/statm") as fh:
+            current = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        new = current + max_bytes
+        if hard != resource.RLIM_INFINITY:
+            new = min(new, hard)
+        if soft != resource.RLIM_INFINITY and soft <= new:
+            return None  # already as tight (an enclosing budget, or the user's ulimit -v)
+        resource.setrlimit(resource.RLIMIT_AS, (new, hard))
+        return (soft, hard)
+    except (ImportError, OSError, ValueError, AttributeError):
+        return None
 
 
 def nesting_depth(data: Any, limit: int) -> int:

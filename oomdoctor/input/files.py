@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from typing import Any, BinaryIO, Protocol
 
-    # Only annotations name it: typing (Protocol) stays off the start-up path.
+    # Only annotations name it.
     class _Decompressor(Protocol):
         """What zlib's decompressobj, bz2.BZ2Decompressor and lzma.LZMADecompressor have in common here."""
 

@@ -12,21 +12,11 @@ one trying every pattern in order would have found.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
-    import re
     from collections.abc import Callable, Iterator
-    from typing import Any, Generic, TypeVar
-else:
-    # Dispatch is generic for the type checker only; at run time a subscripted base is the plain class
-    # (importing typing for it would cost ~2 ms of every start).
-    class Generic:
-        def __class_getitem__(cls, _params: object) -> type:
-            return cls
-
-    def TypeVar(name: str) -> str:
-        return name
+    from typing import Any
 
 
 Needle = str | tuple[str, ...] | None

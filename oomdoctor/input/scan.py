@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
     from typing import Protocol
 
-    # The interface every backend below has; only annotations name it, so typing (Protocol) stays off the start-up path.
+    # The interface every backend below has; only annotations name it.
     class Backend(Protocol):
         name: str
 

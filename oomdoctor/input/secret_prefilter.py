@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from typing import Any, Protocol
 
-    # Only annotations name it: typing (Protocol) stays off the start-up path.
+    # Only annotations name it.
     class _Prefilter(Protocol):
         def finditer(self, text: bytes) -> Iterator[Any]: ...
 

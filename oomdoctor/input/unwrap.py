@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from oomdoctor.input.prefixes import split_prefix, strip_ansi
@@ -89,10 +90,7 @@ def _chains(lines: list[str], width: int, pad: bool) -> Iterator[tuple[int, int]
 def wrap_width(lines: list[str]) -> int | None:
     """The column a terminal cut these lines at, or None when they do not look cut."""
     pad = padded(lines)
-    lengths: dict[int, int] = {}  # a Counter without importing collections (start-up cost)
-    for line in lines:
-        n = _length(line, pad)
-        lengths[n] = lengths.get(n, 0) + 1
+    lengths = Counter(_length(line, pad) for line in lines)
     if not lengths:
         return None
     width = max(lengths)

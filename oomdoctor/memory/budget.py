@@ -8,6 +8,7 @@ lines ``log_figures``'.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -314,8 +315,7 @@ def pow2_floor(n: int) -> int:
 
 def round_down_multiple(n: float, multiple: int) -> int:
     """n rounded down to a multiple, never below the multiple itself."""
-    # int(x // 1) is math.floor(x) (same errors for nan and inf) without importing math on every start.
-    return max(multiple, int((n / multiple) // 1) * multiple)
+    return max(multiple, math.floor(n / multiple) * multiple)
 
 
 def halved_batch_size(n: int) -> int:

@@ -8,6 +8,7 @@ mid-word or re-wrapped by hand, and continuation lines are joined without a sepa
 from __future__ import annotations
 
 import re
+from collections import deque
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.evidence import Event, Line, LineRef, ProcessUsage
@@ -18,12 +19,6 @@ from oomdoctor.input.patterns import Dispatch, LazyRegex, lazy
 
 if TYPE_CHECKING:
     import re
-    from collections import deque
-else:
-    try:  # the C type collections re-exports: importing collections costs a start ~1 ms
-        from _collections import deque
-    except ImportError:  # pragma: no cover - another implementation
-        from collections import deque
 
 KIND_OOM = "torch_oom"
 KIND_DRIVER_OOM = "driver_oom"
