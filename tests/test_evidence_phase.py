@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from oomdoctor.base.toml_data import tomllib
 from oomdoctor.evidence import phase
 
 
@@ -17,7 +18,7 @@ def test_every_table_pattern_compiles() -> None:
 
 def test_a_bad_pattern_fails_at_first_use_not_silently() -> None:
     text = '[phases.serving]\nstage = "serving"\n[[context]]\nphase = "serving"\npattern = "(unclosed"\n'
-    tables = phase.parse_tables(text)
+    tables = phase.parse_tables(tomllib.loads(text))
     try:
         tables.context[0].pattern.search("x")
     except re.error:

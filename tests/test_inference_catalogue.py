@@ -83,5 +83,5 @@ def test_facts_list_and_explain(run_cli) -> None:
     assert bad.code == 2 and "did you mean 'pre_bytes'" in bad.err
 
 
-def test_the_header_scan_names_exactly_the_declared_facts() -> None:
+def test_the_name_set_is_exactly_the_declared_facts() -> None:
     assert catalogue.names() == frozenset(CAT.facts)

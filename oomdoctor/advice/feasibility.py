@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from oomdoctor.advice.recommendation import ALTERNATIVE, COMPANION, NOT_WORKABLE, PRIMARY, Recommendation, format_value, tensor_parallel_flag
@@ -102,17 +101,17 @@ def _cap_lowered(r: Recommendation, b: budget.FractionBudget) -> Recommendation:
     step = Step("capped at the window's top (SGLang's own activation reserve)" if b.system == "sglang" else "capped at the largest u the free memory allows",
                 f"min({r.value:g}, {high:.4f}) rounded down to 0.01", capped, "fraction")
     why = r.why + f" {r.value:g} would still be above the highest workable value {high:.3f}, so the recommendation is {capped:g}, which leaves more room than needed."
-    return replace(r, value=capped, why=why, derivation=(*r.derivation, step))
+    return r._replace(value=capped, why=why, derivation=(*r.derivation, step))
 
 
 def _completed(r: Recommendation, b: budget.FractionBudget) -> Recommendation:
     """Check a recommendation as a set; a set that leaves the fraction outside its window gets the fraction that brings it back."""
     check = budget.check_set(b, changes_of(r))
     if check.feasible is not False or _moves_fraction(r, b) or check.fraction is None or check.low is None or check.high is None:
-        return replace(r, feasible=check.feasible, derivation=(*r.derivation, *check.steps))
+        return r._replace(feasible=check.feasible, derivation=(*r.derivation, *check.steps))
     target = budget.completing_fraction(b.system, check.fraction, check.low, check.high)
     if target is None:
-        return replace(r, feasible=False, derivation=(*r.derivation, *check.steps))
+        return r._replace(feasible=False, derivation=(*r.derivation, *check.steps))
     direction = "lower" if target < check.fraction else "raise"
     companion = Recommendation(
         b.flag,
@@ -125,13 +124,13 @@ def _completed(r: Recommendation, b: budget.FractionBudget) -> Recommendation:
         cost=cost_of(b.flag, direction),
         feasible=True,
     )
-    recheck = budget.check_set(b, changes_of(replace(r, companions=(*r.companions, companion))))
-    return replace(r, companions=(*r.companions, companion), feasible=recheck.feasible, derivation=(*r.derivation, *recheck.steps))
+    recheck = budget.check_set(b, changes_of(r._replace(companions=(*r.companions, companion))))
+    return r._replace(companions=(*r.companions, companion), feasible=recheck.feasible, derivation=(*r.derivation, *recheck.steps))
 
 
 def _structural(blocked: Recommendation, b: budget.FractionBudget, f: Facts, present: set[str]) -> list[Recommendation]:
     """When no value of the flag works alone: TP, FP8 weights, FP8 KV, a shorter context, each checked *with* it."""
-    base = replace(blocked, role=COMPANION, companions=(), feasible=None, derivation=())
+    base = blocked._replace(role=COMPANION, companions=(), feasible=None, derivation=())
     tp_flag = tensor_parallel_flag(f)
     fraction_after = budget.check_set(b, changes_of(base)).fraction
     candidates: list[tuple[str, Any, str, str]] = [
@@ -177,7 +176,7 @@ def _no_single_value(r: Recommendation, b: budget.FractionBudget) -> Recommendat
         if b.system == "sglang"
         else f" No single {r.flag} value works on this budget: {at:g} is outside the workable {low:.3f} to {high:.3f}; see the alternatives."
     )
-    return replace(r, why=why, feasible=False, derivation=(*r.derivation, *check.steps))
+    return r._replace(why=why, feasible=False, derivation=(*r.derivation, *check.steps))
 
 
 def settle(recs: list[Recommendation], f: Facts) -> list[Recommendation]:
@@ -189,12 +188,12 @@ def settle(recs: list[Recommendation], f: Facts) -> list[Recommendation]:
     """
     b = fraction_budget(f)
     if b is None:
-        out = [replace(r, cost=r.cost or cost_of(r.flag, r.direction)) for r in recs]
+        out = [r._replace(cost=r.cost or cost_of(r.flag, r.direction)) for r in recs]
     else:
         out = []
         blocked: Recommendation | None = None
         for r in recs:
-            r = replace(_cap_lowered(r, b), cost=r.cost or cost_of(r.flag, r.direction))
+            r = _cap_lowered(r, b)._replace(cost=r.cost or cost_of(r.flag, r.direction))
             if r.value is None:
                 out.append(r)
                 continue
@@ -210,6 +209,6 @@ def settle(recs: list[Recommendation], f: Facts) -> list[Recommendation]:
     workable = [i for i, r in enumerate(out) if r.value is not None and r.feasible is not False]
     primary = next((i for i in workable if out[i].cost.startswith("none")), workable[0] if workable else None)
     return [
-        replace(r, role=PRIMARY if i == primary else NOT_WORKABLE if r.feasible is False else ALTERNATIVE)
+        r._replace(role=PRIMARY if i == primary else NOT_WORKABLE if r.feasible is False else ALTERNATIVE)
         for i, r in enumerate(out)
     ]

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.memory.derivation import Step
 
@@ -20,8 +19,7 @@ if TYPE_CHECKING:
 PRIMARY, ALTERNATIVE, NOT_WORKABLE, COMPANION = "primary", "alternative", "not_workable", "companion"
 
 
-@dataclass(frozen=True, slots=True)
-class Recommendation:
+class Recommendation(NamedTuple):
     """Change ``flag`` in ``direction`` to ``value``; ``why`` says why, ``derivation`` shows how.
 
     ``companions`` are the changes it needs to form one consistent set (TP 2 *with* the fraction the
@@ -34,7 +32,7 @@ class Recommendation:
     direction: str
     why: str
     current: Any = None
-    derivation: tuple[Step, ...] = field(default_factory=tuple)
+    derivation: tuple[Step, ...] = ()
     role: str = ALTERNATIVE
     cost: str = ""
     feasible: bool | None = None

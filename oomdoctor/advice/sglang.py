@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from oomdoctor.advice.generic import halve_flag
@@ -270,7 +269,7 @@ def reserve_encoder_memory(f: Facts) -> list[Recommendation]:
         )
         return [Recommendation("--encoder-mem-reserve", value, "raise", why, current=current, derivation=steps)]
     recs = [
-        replace(r, why="SGLang keeps no explicit reserve for the vision/audio encoder; its activations come out of (1-y)*pre. " + r.why)
+        r._replace(why="SGLang keeps no explicit reserve for the vision/audio encoder; its activations come out of (1-y)*pre. " + r.why)
         for r in lower_mem_fraction_static(f)
     ]
     recs.append(

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from typing import Any
@@ -13,8 +12,7 @@ if TYPE_CHECKING:
 KIND_REPEATS = "repeats"
 
 
-@dataclass(frozen=True, slots=True)
-class LineRef:
+class LineRef(NamedTuple):
     """Where a piece of evidence was read: input path, 1-based line number, rank tag, text."""
 
     path: str
@@ -28,8 +26,7 @@ class LineRef:
         return {"path": self.path, "line": self.line, "rank": self.rank, "text": self.text}
 
 
-@dataclass(frozen=True, slots=True)
-class Line:
+class Line(NamedTuple):
     """One log line after prefix stripping: the message, its rank and timestamp, and its origin."""
 
     ref: LineRef
@@ -40,8 +37,7 @@ class Line:
     node: str | None = None  # the node a multiplexing prefix names (kubectl --prefix, srun -l, Ray ip=)
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     """One recognised log event.
 
     ``kind`` names the event (see the KIND_* constants of each parser); ``values`` holds its numbers
@@ -51,7 +47,7 @@ class Event:
 
     kind: str
     refs: tuple[LineRef, ...]
-    values: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any]
 
     @property
     def ref(self) -> LineRef:
@@ -65,8 +61,7 @@ class Event:
         return self.values.get(key, default)
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessUsage:
+class ProcessUsage(NamedTuple):
     """A "Process N has X memory in use" entry of a PyTorch OOM message."""
 
     pid: int | None
@@ -74,8 +69,7 @@ class ProcessUsage:
     is_self: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Unavailable:
+class Unavailable(NamedTuple):
     """Evidence that could not be had, with the reason; never NaN, never an exception."""
 
     reason: str

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
+from oomdoctor.base import built_in
 from oomdoctor.base.evidence import Event, LineRef
-from oomdoctor.base.toml_data import data_text, tomllib
 from oomdoctor.input.patterns import LazyRegex
 
 if TYPE_CHECKING:
@@ -25,16 +24,14 @@ SOURCES = ("engine", "frames", "context", "none")
 STRENGTH = {"engine": 1.0, "frames": 0.9, "context": 0.6, "none": 0.0}
 
 
-@dataclass(frozen=True, slots=True)
-class PhaseSpec:
+class PhaseSpec(NamedTuple):
     name: str
     stage: str
     likely_class: str
     doc: str
 
 
-@dataclass(frozen=True, slots=True)
-class FrameRule:
+class FrameRule(NamedTuple):
     phase: str
     func: LazyRegex | None
     path: LazyRegex | None
@@ -42,8 +39,7 @@ class FrameRule:
     within: LazyRegex | None = None  # with func: the frame's path must match this too
 
 
-@dataclass(frozen=True, slots=True)
-class ContextRule:
+class ContextRule(NamedTuple):
     phase: str
     pattern: LazyRegex
     example: str
@@ -51,8 +47,7 @@ class ContextRule:
     after_failure: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Tables:
+class Tables(NamedTuple):
     phases: dict[str, PhaseSpec]
     frames: tuple[FrameRule, ...]
     context: tuple[ContextRule, ...]
@@ -62,8 +57,7 @@ class Tables:
     any_context: LazyRegex | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Phase:
+class Phase(NamedTuple):
     """A phase with where it came from; ``ref`` is the line that decided it (if any)."""
 
     name: str
@@ -93,8 +87,7 @@ def _lazy(source: str) -> LazyRegex:
     return LazyRegex(None, source)
 
 
-def parse_tables(text: str) -> Tables:
-    data = tomllib.loads(text)
+def parse_tables(data: dict[str, Any]) -> Tables:
     phases = {
         name: PhaseSpec(name, entry["stage"], entry.get("likely_class", ""), entry.get("doc", "")) for name, entry in data["phases"].items()
     }
@@ -134,7 +127,7 @@ def _scoped(source: str) -> str:
 
 @functools.cache
 def tables() -> Tables:
-    return parse_tables(data_text("phases.toml"))
+    return parse_tables(built_in.table("phases.toml"))
 
 
 def classify_frames(frames: tuple[tuple[str, str], ...] | list[tuple[str, str]] | None) -> str | None:

@@ -8,6 +8,7 @@ parsers that reads raw events for them, so the view reads typed readings, never 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from oomdoctor.base.evidence import Event
 from oomdoctor.evidence.parsers import sglang as sg
@@ -37,8 +38,7 @@ _TIMELINE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class TimelinePoint:
+class TimelinePoint(NamedTuple):
     label: str
     free_bytes: int
     line: int

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from oomdoctor.base.toml_data import data_text, tomllib
+from oomdoctor.base import built_in
 
 
-@dataclass(frozen=True, slots=True)
-class ClassSpec:
+class ClassSpec(NamedTuple):
     """One class of the taxonomy and what it changes downstream (the keys are documented in classes.toml)."""
 
     name: str
@@ -22,8 +21,7 @@ class ClassSpec:
     hypothesis_fix: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class HostStep:
+class HostStep(NamedTuple):
     """One piece of host-side evidence for a host OOM, and the command that collects it."""
 
     fact: str
@@ -31,8 +29,7 @@ class HostStep:
     command: str
 
 
-@dataclass(frozen=True, slots=True)
-class ClassCatalogue:
+class ClassCatalogue(NamedTuple):
     classes: dict[str, ClassSpec]
     host_steps: tuple[HostStep, ...]
 
@@ -50,7 +47,7 @@ class ClassCatalogue:
 
 @functools.cache
 def load() -> ClassCatalogue:
-    data = tomllib.loads(data_text("classes.toml"))
+    data = built_in.table("classes.toml")
     classes = {}
     for name, spec in data["classes"].items():
         classes[name] = ClassSpec(name=name, **{**spec, "companions": tuple(spec.get("companions", ()))})

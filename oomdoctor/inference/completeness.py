@@ -7,8 +7,7 @@ says it was cut. ``fragment``: a quoted message with next to no log around it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.base.evidence import Event, LineRef
 from oomdoctor.input.files import STREAM_CUT_PREFIX
@@ -25,8 +24,7 @@ _FAILURE_HEADERS = frozenset({"vllm_engine_failed", "scheduler_exception"})
 _FRAGMENT_MAX_LINES = 12
 
 
-@dataclass(frozen=True, slots=True)
-class Completeness:
+class Completeness(NamedTuple):
     status: str  # complete | incomplete | fragment
     reason: str = ""
     ref: LineRef | None = None

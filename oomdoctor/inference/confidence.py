@@ -20,7 +20,7 @@ argued from what the missing evidence could change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from oomdoctor.inference import classes
 
@@ -47,8 +47,7 @@ HYPOTHESIS_CAP = 0.45
 INCOMPLETE_NONE_CAP = 0.35
 
 
-@dataclass(frozen=True, slots=True)
-class Factor:
+class Factor(NamedTuple):
     factor: str
     delta: float
 
@@ -56,8 +55,7 @@ class Factor:
         return {"factor": self.factor, "delta": round(self.delta, 2)}
 
 
-@dataclass(frozen=True, slots=True)
-class Evidence:
+class Evidence(NamedTuple):
     """What the confidence model needs to know about one incident's evidence."""
 
     phase_source: str  # engine | frames | context | none

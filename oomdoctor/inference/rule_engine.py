@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
+from oomdoctor.base import built_in
 from oomdoctor.base.errors import RuleError
 from oomdoctor.base.limits import nesting_depth
-from oomdoctor.base.toml_data import tomllib
 from oomdoctor.inference import catalogue, classes
 
 if TYPE_CHECKING:
@@ -28,8 +28,7 @@ _REQUIRED = ("id", "title", "class", "systems", "severity", "confidence", "prior
 _DOC_KEYS = ("what", "why", "example", "fix")
 
 
-@dataclass(frozen=True, slots=True)
-class Rule:
+class Rule(NamedTuple):
     """One validated rule file."""
 
     id: str
@@ -224,6 +223,8 @@ def _read_rule_bytes(path: str) -> bytes:
 
 
 def _parse_rule_bytes(path: str, raw: bytes, known_advice: Iterable[str] | None) -> Rule:
+    from oomdoctor.base.toml_data import tomllib  # only a user's rule file is TOML at run time
+
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -244,42 +245,32 @@ def _toml_files(directory: str) -> list[str]:
 
 
 def builtin_rule_paths() -> list[str]:
-    """The rule files shipped inside the package (``rules/`` installed as ``oomdoctor.rules``).
-
-    Run from a source checkout without installing, the package is the bare ``oomdoctor/`` folder and
-    the catalogue is the ``rules/`` folder beside it.
-    """
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    installed = os.path.join(package, "rules")
-    if os.path.isfile(os.path.join(installed, "__init__.py")):
-        paths = _toml_files(installed)  # an installed package: its folder, without an import
-    else:
-        try:
-            import oomdoctor.rules as shipped  # mapped elsewhere (an editable install): a plain directory package
-
-            paths = _toml_files(os.path.dirname(shipped.__file__ or ""))
-        except ModuleNotFoundError:
-            paths = _toml_files(os.path.join(os.path.dirname(package), "rules"))
-    return sorted(paths, key=os.path.basename)
+    """The rule files shipped with the package (``rules/``, installed as ``oomdoctor.rules``), by name."""
+    return [os.path.join(built_in.rules_dir(), name) for name in sorted(built_in.rules())]
 
 
 def load_rules(extra_dirs: Iterable[str] = (), known_advice: Iterable[str] | None = None, builtin: bool = True) -> list[Rule]:
-    """The shipped catalogue plus every ``*.toml`` in the user's --rules directories."""
-    paths = builtin_rule_paths() if builtin else []
+    """The shipped catalogue plus every ``*.toml`` in the user's --rules directories.
+
+    The shipped rules come parsed from data/built_in.json (their TOML, parsed once by
+    tools/built_in_data.py); they are validated here like the user's, so a bad rule fails at its load.
+    """
     for d in extra_dirs:
         if not os.path.isdir(d):
             raise RuleError(f"{d}: --rules takes a directory of *.toml rule files")
-        paths.extend(_toml_files(d))
     advice_ids = None if known_advice is None else tuple(sorted(known_advice))
-    rules: list[Rule] = []
+    loaded: list[Rule] = []
+    if builtin:
+        shipped = built_in.rules()
+        loaded.extend(parse_rule(shipped[name], os.path.join(built_in.rules_dir(), name), advice_ids) for name in sorted(shipped))
+    for d in extra_dirs:
+        loaded.extend(_parse_rule_bytes(p, _read_rule_bytes(p), advice_ids) for p in _toml_files(d))
     seen: dict[str, str] = {}
-    for p in paths:
-        rule = _parse_rule_bytes(p, _read_rule_bytes(p), advice_ids)
+    for rule in loaded:
         if rule.id in seen:
-            raise RuleError(f"{p}: field 'id': {rule.id!r} is already defined in {seen[rule.id]}; ids are unique")
-        seen[rule.id] = str(p)
-        rules.append(rule)
-    return rules
+            raise RuleError(f"{rule.path}: field 'id': {rule.id!r} is already defined in {seen[rule.id]}; ids are unique")
+        seen[rule.id] = rule.path
+    return loaded
 
 
 # --- evaluation ---------------------------------------------------------------------------------

@@ -8,8 +8,7 @@ or a timestamp; the message that is left is what parsers read.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import re
@@ -19,8 +18,7 @@ if TYPE_CHECKING:
 _ANSI_RE = re.compile(r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")  # used on every line
 
 
-@dataclass(frozen=True, slots=True)
-class Stripped:
+class Stripped(NamedTuple):
     """A message with its prefixes removed, and the identity those prefixes carried."""
 
     msg: str

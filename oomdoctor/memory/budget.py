@@ -9,8 +9,7 @@ lines ``log_figures``'.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.base.units import GIB, MIB, ceil_to, floor_to, format_bytes, gib_text
 from oomdoctor.memory.derivation import Derived, Step
@@ -234,8 +233,7 @@ def sglang_min_activation_reserve_bytes(capacity_hint_bytes: int, tp: int = 1, p
 # --- SGLang: choosing y -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
+class Window(NamedTuple):
     """The feasible y: enough static room for weights + one request, enough dynamic room for the reserve."""
 
     low: float
@@ -412,8 +410,7 @@ CONTEXT_FLAGS = ("--context-length", "--max-model-len")
 WINDOW_EPSILON = 1e-9
 
 
-@dataclass(frozen=True, slots=True)
-class FractionBudget:
+class FractionBudget(NamedTuple):
     """The quantities a fraction window is computed from, per rank.
 
     SGLang: window [(W + F)/pre, 1 - R/pre]; vLLM: [(NK + F + margin)/total rounded up, the largest
@@ -443,8 +440,7 @@ class FractionBudget:
         return FRACTION_FLAGS[self.system]
 
 
-@dataclass(frozen=True, slots=True)
-class SetCheck:
+class SetCheck(NamedTuple):
     """A set of changes re-evaluated: the fraction it leaves, the window it leaves, and whether one is in the other."""
 
     feasible: bool | None  # None: the budget cannot say (the fraction, or what a change does, is unknown)
@@ -473,11 +469,11 @@ def _apply_tp(b: FractionBudget, new_tp: int) -> tuple[FractionBudget | None, St
     weights = b.weights_bytes * b.tp // new_tp
     step = Step(f"weights per rank at TP {new_tp}", f"{_g(b.weights_bytes)} * {b.tp} / {new_tp}", weights, "bytes")
     if b.system == "vllm":
-        return replace(b, weights_bytes=weights, non_kv_bytes=b.non_kv_bytes - b.weights_bytes + weights, tp=new_tp), step
+        return b._replace(weights_bytes=weights, non_kv_bytes=b.non_kv_bytes - b.weights_bytes + weights, tp=new_tp), step
     # One request's KV is kept as it is: MLA does not split it, and the floor is often the 1 GiB assumption.
     pre = b.base_bytes - (NCCL_BYTES if b.tp == 1 else 0)
     reserve = sglang_min_activation_reserve_bytes(b.capacity_hint_bytes or b.base_bytes, new_tp, b.pp).value
-    return replace(b, weights_bytes=weights, base_bytes=pre, reserve_bytes=reserve, tp=new_tp), step
+    return b._replace(weights_bytes=weights, base_bytes=pre, reserve_bytes=reserve, tp=new_tp), step
 
 
 def _apply_quantization(b: FractionBudget) -> tuple[FractionBudget | None, Step]:
@@ -486,8 +482,8 @@ def _apply_quantization(b: FractionBudget) -> tuple[FractionBudget | None, Step]
     weights = b.weights_bytes // 2
     step = Step("weights in FP8 (half of 16-bit)", f"{_g(b.weights_bytes)} / 2", weights, "bytes")
     if b.system == "vllm":
-        return replace(b, weights_bytes=weights, non_kv_bytes=b.non_kv_bytes - b.weights_bytes + weights), step
-    return replace(b, weights_bytes=weights), step
+        return b._replace(weights_bytes=weights, non_kv_bytes=b.non_kv_bytes - b.weights_bytes + weights), step
+    return b._replace(weights_bytes=weights), step
 
 
 def _apply_context(b: FractionBudget, tokens: int) -> tuple[FractionBudget | None, Step]:
@@ -496,10 +492,10 @@ def _apply_context(b: FractionBudget, tokens: int) -> tuple[FractionBudget | Non
         return b, Step("one request's KV at the shorter context", "per-token KV size unknown; the window counts none", "unchanged", "text")
     if b.cell_bytes:
         floor = tokens * b.cell_bytes
-        return replace(b, kv_floor_bytes=floor, context_len=tokens), Step("one request's KV at the shorter context", f"{tokens} tokens * {b.cell_bytes} bytes/token", floor, "bytes")
+        return b._replace(kv_floor_bytes=floor, context_len=tokens), Step("one request's KV at the shorter context", f"{tokens} tokens * {b.cell_bytes} bytes/token", floor, "bytes")
     if b.context_len:
         floor = b.kv_floor_bytes * tokens // b.context_len
-        return replace(b, kv_floor_bytes=floor, context_len=tokens), Step("one request's KV at the shorter context", f"{_g(b.kv_floor_bytes)} * {tokens} / {b.context_len}", floor, "bytes")
+        return b._replace(kv_floor_bytes=floor, context_len=tokens), Step("one request's KV at the shorter context", f"{_g(b.kv_floor_bytes)} * {tokens} / {b.context_len}", floor, "bytes")
     return None, Step("one request's KV at the shorter context", "per-token KV size unknown", None, "text")
 
 
@@ -510,7 +506,7 @@ def apply_change(b: FractionBudget, flag: str, value: Any) -> tuple[FractionBudg
     returns the budget unchanged and no step.
     """
     if flag == b.flag:
-        return replace(b, fraction=float(value)), Step(f"{flag} in this set", f"{flag} {float(value):g}", float(value), "fraction")
+        return b._replace(fraction=float(value)), Step(f"{flag} in this set", f"{flag} {float(value):g}", float(value), "fraction")
     if flag in TP_FLAGS:
         return _apply_tp(b, int(value))
     if flag == "--quantization":
@@ -520,14 +516,14 @@ def apply_change(b: FractionBudget, flag: str, value: Any) -> tuple[FractionBudg
             # As for a shorter context: the window's low end counts no KV, so FP8 leaves it where it is.
             return b, Step("one request's KV in FP8", "per-token KV size unknown; the window counts none", "unchanged", "text")
         floor = b.kv_floor_bytes // 2
-        return replace(b, kv_floor_bytes=floor), Step("one request's KV in FP8", f"{_g(b.kv_floor_bytes)} / 2", floor, "bytes")
+        return b._replace(kv_floor_bytes=floor), Step("one request's KV in FP8", f"{_g(b.kv_floor_bytes)} / 2", floor, "bytes")
     if flag in CONTEXT_FLAGS:
         return _apply_context(b, int(value))
     if flag == "--encoder-mem-reserve":
         if b.fraction is None or b.encoder_reserve is None:
             return None, Step("the thinker's fraction", "current fraction or encoder reserve unknown", None, "text")
         fraction = round(b.fraction - (float(value) - b.encoder_reserve), 6)
-        return replace(b, fraction=fraction, encoder_reserve=float(value)), Step(
+        return b._replace(fraction=fraction, encoder_reserve=float(value)), Step(
             "the thinker's fraction after the encoder reserve", f"{b.fraction:g} - ({float(value):g} - {b.encoder_reserve:g})", fraction, "fraction"
         )
     return b, None

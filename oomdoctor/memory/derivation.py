@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from typing import Any
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(NamedTuple):
     """One line of working: what was computed, the formula with numbers, and the result."""
 
     step: str
@@ -24,9 +22,8 @@ class Step:
         return {"step": self.step, "formula": self.formula, "value": self.value, "unit": self.unit}
 
 
-@dataclass(frozen=True, slots=True)
-class Derived:
+class Derived(NamedTuple):
     """A computed number and how it was computed."""
 
     value: Any
-    steps: tuple[Step, ...] = field(default_factory=tuple)
+    steps: tuple[Step, ...] = ()

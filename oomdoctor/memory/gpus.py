@@ -4,26 +4,23 @@ diagnosis names from the total capacity a log reports."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
+from oomdoctor.base import built_in
 from oomdoctor.base.errors import GpuNotFound
-from oomdoctor.base.toml_data import data_text, tomllib
 from oomdoctor.base.units import GIB, MIB
 
 if TYPE_CHECKING:
     from typing import Any
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(NamedTuple):
     name: str
     capacity_bytes: int
     aliases: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class CardClass:
+class CardClass(NamedTuple):
     label: str
     low_gib: float
     high_gib: float
@@ -32,8 +29,7 @@ class CardClass:
 
 @functools.cache
 def _table() -> dict[str, Any]:
-    # Read from the package folder directly: importlib.resources would cost the diagnose path an import.
-    return tomllib.loads(data_text("gpus.toml"))
+    return built_in.table("gpus.toml")
 
 
 def gpu_table() -> list[Gpu]:

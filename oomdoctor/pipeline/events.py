@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from dataclasses import replace
 
 from oomdoctor.base.evidence import KIND_REPEATS, Event
 from oomdoctor.evidence import phase as phase_step
@@ -74,7 +73,7 @@ class _EventStore:
         # run and to classify its OOM, a constant size however long the original record was.
         return Event(
             event.kind,
-            (replace(event.ref, text=event.ref.text[:160]),),
+            (event.ref._replace(text=event.ref.text[:160]),),
             {k: v for k, v in event.values.items() if k in _SLIM_KEEP or (event.kind not in RUN_MARKER_KINDS and k not in ("frames", "message") and (not isinstance(v, str) or len(v) < 200))},
         )
 
