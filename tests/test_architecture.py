@@ -125,3 +125,21 @@ def test_unit_tests_are_named_after_the_package_they_test() -> None:
     # test_data_<file>: a generated or shipped data file of oomdoctor/data/ checked on its own.
     stray = [t for t in tests if t not in CROSS_CUTTING and t.removeprefix("test_").split("_")[0] not in (*oomdoctor.LAYERS, "data")]
     assert stray == [], f"name these test_<layer>_<module>.py: {stray}"
+
+
+def rule_ids_spelled_in(text: str, ids: set[str]) -> set[str]:
+    """The rule ids that appear as string literals in a module's source."""
+    return {node.value for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Constant) and node.value in ids}
+
+
+def test_no_rule_id_is_spelled_in_python() -> None:
+    """A rule's behaviour comes from its file (class, advice ids, facts), never from code keyed on its id:
+    renaming the rule would silently drop that behaviour while `rules check` says OK."""
+    ids = {p.stem for p in (PKG.parent / "rules").glob("*.toml")}
+    assert len(ids) > 20
+    spelled = {str(p.relative_to(PKG)): found for p in PKG.rglob("*.py") if (found := rule_ids_spelled_in(p.read_text(encoding="utf-8"), ids))}
+    assert spelled == {}
+
+
+def test_a_rule_id_in_code_is_caught() -> None:
+    assert rule_ids_spelled_in('if f.rule_id == "sglang-startup-foreign-memory":\n    pass\n', {"sglang-startup-foreign-memory"}) == {"sglang-startup-foreign-memory"}

@@ -204,9 +204,9 @@ def settle(recs: list[Recommendation], f: Facts) -> list[Recommendation]:
             out.append(checked)
         if blocked is not None:
             out.extend(_structural(blocked, b, f, {r.flag for r in out}))
-    # The first workable change with a value; one that costs nothing (an allocator setting, a value inside
-    # the window) before one that gives something up.
-    workable = [i for i, r in enumerate(out) if r.value is not None and r.feasible is not False]
+    # The first workable change with a value (a command to run is its own value); one that costs nothing
+    # (an allocator setting, a value inside the window, a command) before one that gives something up.
+    workable = [i for i, r in enumerate(out) if (r.value is not None or r.direction == "run") and r.feasible is not False]
     primary = next((i for i in workable if out[i].cost.startswith("none")), workable[0] if workable else None)
     return [
         r._replace(role=PRIMARY if i == primary else NOT_WORKABLE if r.feasible is False else ALTERNATIVE)

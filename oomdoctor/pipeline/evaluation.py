@@ -63,16 +63,19 @@ def _evidence_for(rule: Rule, used: set[str], facts: Facts) -> tuple[LineRef, ..
     return tuple(sorted(refs.values(), key=lambda r: (r.path, r.line)))
 
 
-def _finding_extra(klass: str, facts: Facts) -> dict[str, Any]:
-    if not classes.load().has(klass, "lists_processes"):
+def _finding_extra(rule: Rule, facts: Facts) -> dict[str, Any]:
+    if not classes.load().has(rule.klass, "lists_processes"):
         return {}
-    processes = facts.get("process_list") or ()
-    return {
-        "processes": [
-            {"pid": p.pid, "used_bytes": p.used_bytes, "is_self": p.is_self or (p.pid == facts.get("assumed_self_pid"))}
-            for p in processes
-        ]
-    }
+    processes = [
+        {"pid": p.pid, "used_bytes": p.used_bytes, "is_self": p.is_self or (p.pid == facts.get("assumed_self_pid"))}
+        for p in facts.get("process_list") or ()
+    ]
+    held = facts.get("startup_foreign_bytes")
+    if held and "startup_foreign_bytes" in rule.facts_used() and not any(not p["is_self"] for p in processes):
+        # The rule decided on memory held before the server started: the OOM message's process list (the
+        # server alone) does not show that holder, so the list names it.
+        processes.append({"pid": None, "used_bytes": held, "is_self": False, "what": "held before the server started (not in the OOM message)"})
+    return {"processes": processes}
 
 
 def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping[str, Recommender] | None = None) -> Incident:
@@ -104,7 +107,7 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping
             message=_render_message(rule.message, facts),
             evidence=_evidence_for(rule, ev.used, facts),
             recommendations=recommend(rule.advice, facts, recommenders),
-            extra=_finding_extra(rule.klass, facts),
+            extra=_finding_extra(rule, facts),
         )
         fired.append((rule.priority, -value, finding))
     fired.sort(key=lambda t: (t[0], t[1], t[2].rule_id or ""))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from oomdoctor.advice.sglang import startup_foreign_actions
 from oomdoctor.inference import classes
 from oomdoctor.inference.facts import Facts
 from oomdoctor.pipeline.model import Diagnosis, Finding
@@ -38,13 +37,6 @@ def _jsonable(value: Any) -> Any:
 def finding_json(f: Finding, facts: Facts | None = None) -> dict[str, Any]:
     recommendations = list(f.recommendations)
     extra = dict(f.extra)
-    if facts is not None and f.rule_id == "sglang-startup-foreign-memory":
-        # Memory held before the server started: an action (find and free it) and the holder in the list,
-        # which the OOM message's process list (the server alone) does not show.
-        recommendations = recommendations or startup_foreign_actions(facts)
-        held = facts.get("startup_foreign_bytes")
-        if held and not any(not p.get("is_self") for p in extra.get("processes", [])):
-            extra["processes"] = [*extra.get("processes", []), {"pid": None, "used_bytes": held, "is_self": False, "what": "held before the server started (not in the OOM message)"}]
     out = {
         "rule": f.rule_id,
         "class": f.klass,
