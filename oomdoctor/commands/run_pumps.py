@@ -13,18 +13,11 @@ import time
 from collections.abc import Callable
 from typing import BinaryIO
 
+from oomdoctor.base.oom_words import FAILURE_WORDS
 from oomdoctor.input.scan import choose
 
 # What in the child's output means "an OOM happened now" (checked on raw bytes, across chunk edges).
-TRIGGERS = (
-    b"out of memory",
-    b"OutOfMemoryError",
-    b"Not enough memory",
-    b"Loaded weights leave no GPU memory",
-    b"No available memory for the cache blocks",
-    b"KV cache is needed, which is larger",
-    b"CUBLAS_STATUS_ALLOC_FAILED",
-)
+TRIGGERS = FAILURE_WORDS
 _OVERLAP = max(len(t) for t in TRIGGERS)
 # Bytes per read of the child's pipes: one syscall and one write per MiB of a chatty server, not per 64 KiB.
 READ_BYTES = 1 << 20

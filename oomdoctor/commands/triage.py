@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from oomdoctor.base.oom_words import failure_pattern
 from oomdoctor.commands.engine_hints import HINT_CONFIDENCE, EngineHint, engine_hint
 
 if TYPE_CHECKING:
@@ -141,8 +142,7 @@ def supersedes(new: dict[str, Any], old: dict[str, Any] | None) -> bool:
 
 # --- reading an issue ------------------------------------------------------------------------------
 _TITLE_ERROR_RE = re.compile(
-    r"(?i)out of memory|OutOfMemory|Not enough memory|No available memory|KV cache (?:is needed|memory)|"
-    r"less than desired|Try to allocate|Retract|insufficient GPU memory"
+    "(?i)" + failure_pattern(r"No available memory", r"KV cache (?:is needed|memory)", r"less than desired", r"Try to allocate", r"Retract", r"insufficient GPU memory")
 )
 
 

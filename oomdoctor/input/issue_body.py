@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from oomdoctor.base.oom_words import failure_pattern
+
 if TYPE_CHECKING:
     from typing import Any
 
@@ -164,7 +166,7 @@ def log_lines(text: str) -> list[str]:
 CUT_MARK = "[... cut: the body ends inside a code block ...]"
 # Inline code that is machine output: an error line quoted in a sentence or a multi-line backtick span.
 _INLINE_RE = re.compile(r"`([^`]{12,})`?")
-_ERRORISH_RE = re.compile(r"(?i)\b[\w.]*(?:Error|Exception)\b:|out of memory|OutOfMemory|Not enough memory|KV cache|Traceback|Killed|SIGKILL")
+_ERRORISH_RE = re.compile("(?i)" + failure_pattern(r"\b[\w.]*(?:Error|Exception)\b:", r"KV cache", r"Traceback", r"Killed", r"SIGKILL"))
 
 
 def _inline_log(line: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from oomdoctor.base.evidence import Event, Line, LineRef
+from oomdoctor.base.oom_words import ALLOCATOR_WORDS
 from oomdoctor.evidence.parsers.frames import FRAME_ANYWHERE, FRAME_LINE
 from oomdoctor.input.patterns import lazy
 
@@ -52,9 +53,7 @@ ANCHORS: tuple[bytes, ...] = (
 BEFORE_ANCHORS: tuple[bytes, ...] = (
     b"Traceback",
     b"hit an exception",
-    b"out of memory",
-    b"Out of memory",
-    b"OutOfMemory",
+    *ALLOCATOR_WORDS,
     b"while processing method",
     b"Error executing method",
 )

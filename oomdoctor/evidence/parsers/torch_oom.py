@@ -12,6 +12,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.evidence import Event, Line, LineRef, ProcessUsage
+from oomdoctor.base.oom_words import ALLOCATOR_WORDS
 from oomdoctor.evidence import phase as phase_tables
 from oomdoctor.evidence.parsers.captures import named, typed
 from oomdoctor.evidence.parsers.frames import FRAME_LINE
@@ -25,10 +26,7 @@ KIND_DRIVER_OOM = "driver_oom"
 KIND_HOST_OOM = "host_oom"
 
 ANCHORS: tuple[bytes, ...] = (
-    b"out of memory",
-    b"Out of memory",
-    b"OutOfMemory",
-    b"ALLOC_FAILED",
+    *ALLOCATOR_WORDS,
     b"CUDA calloc",
     b"Traceback",
     b'File "',

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 _VLLM_KINDS = {v for k, v in vars(vl).items() if k.startswith("KIND_")}
 _SGLANG_KINDS = {v for k, v in vars(sg).items() if k.startswith("KIND_")}
 _TORCH_KINDS = {tt.KIND_OOM, tt.KIND_DRIVER_OOM, tt.KIND_HOST_OOM}
-OOM_KINDS = (tt.KIND_OOM, tt.KIND_DRIVER_OOM)
+# The allocator OOMs (PyTorch's message, a driver or runtime OOM): the failures an allocation reports itself,
+# as against the engines' own memory failures (evidence/runs.is_oom_event counts both).
+ALLOCATOR_OOM_KINDS = (tt.KIND_OOM, tt.KIND_DRIVER_OOM)
 
 _FRAME_SYSTEMS = (("vllm", ("/vllm/", "vllm_ascend", "/vllm_omni/")), ("sglang", ("/sglang/", "sglang_omni")))
 

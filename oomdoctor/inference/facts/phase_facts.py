@@ -8,7 +8,7 @@ from oomdoctor.base.evidence import Event
 from oomdoctor.evidence import phase
 from oomdoctor.evidence.parsers import records as rc
 from oomdoctor.inference import completeness
-from oomdoctor.inference.facts.common import OOM_KINDS, allocator_failed
+from oomdoctor.inference.facts.common import ALLOCATOR_OOM_KINDS, allocator_failed
 from oomdoctor.inference.facts.store import Facts
 
 _SERVING_PHASES = ("serving", "prefill", "decode", "sampling")
@@ -20,7 +20,7 @@ _STAGE_FLAGS = {"weight_loading": "weight_load_oom", "cuda_graph": "capture_oom"
 
 def phase_facts(f: Facts, events: list[Event], oom_idx: list[int], line_counts: dict[str, int], joined_pieces: dict[str, tuple[int, ...]] | None = None) -> None:
     records = [e for e in events if e.kind == rc.KIND_RECORD]
-    ooms = [events[i] for i in oom_idx if events[i].kind in OOM_KINDS]
+    ooms = [events[i] for i in oom_idx if events[i].kind in ALLOCATOR_OOM_KINDS]
     if oom_idx:
         failure_i = oom_idx[0]
     else:
@@ -39,7 +39,7 @@ def phase_facts(f: Facts, events: list[Event], oom_idx: list[int], line_counts: 
     _stage_facts(f, found)
     path = (events[failure_i].ref.path if events else None) or ""
     _completeness_facts(f, events, records, ooms, path, line_counts, (joined_pieces or {}).get(path, ()))
-    frames = [fr for e in events if e.kind in (*OOM_KINDS, rc.KIND_RECORD) for fr in (e.get("frames") or ())]
+    frames = [fr for e in events if e.kind in (*ALLOCATOR_OOM_KINDS, rc.KIND_RECORD) for fr in (e.get("frames") or ())]
     f.set("training_script", any(_TRAINING_RE.search(f"{p} {func}") for p, func in frames))
     terminal = next((r for r in reversed(records) if r.get("complete") and not r.get("chain_has_oom")), None)
     if terminal is not None and not oom_idx:
@@ -76,7 +76,7 @@ def _completeness_facts(
     in_path = [r for r in records if r.ref.path == path]
     startup_failure = f.get("startup_kv_error") or f.get("capture_oom") or f.get("kv_alloc_failed") or f.get("req_slots_failed")
     whole_oom = any(e.get("complete", True) for e in ooms) or bool(startup_failure)
-    context = sum(1 for e in events if e.kind not in (*OOM_KINDS, rc.KIND_RECORD, rc.KIND_CUT))
+    context = sum(1 for e in events if e.kind not in (*ALLOCATOR_OOM_KINDS, rc.KIND_RECORD, rc.KIND_CUT))
     done = completeness.assess(events, in_path, [c for c in cuts if c.ref.path == path], line_counts.get(path, 0), whole_oom, context, pieces)
     f.set("evidence_status", done.status, done.ref)
     if done.reason:
