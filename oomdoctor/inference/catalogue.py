@@ -22,6 +22,8 @@ class FactSpec(NamedTuple):
     systems: tuple[str, ...]
     source: str
     doc: str
+    ask: str = ""  # the fact in the words of a "what would decide it" list
+
 
     @property
     def internal(self) -> bool:
@@ -43,6 +45,25 @@ class Catalogue(NamedTuple):
         close = difflib.get_close_matches(name, [n for n in self.facts if not n.startswith("_")], n=1, cutoff=0.6)
         return close[0] if close else None
 
+    def ask(self, name: str) -> str:
+        """What a missing fact is, in words: its ``ask``, else its name spelled out."""
+        spec = self.facts.get(name)
+        return spec.ask if spec is not None and spec.ask else name.replace("_", " ")
+
+    def asks(self, names: list[str]) -> list[dict[str, Any]]:
+        """Missing facts as "what would decide it" rows, one per command: facts that share a source share a row.
+
+        Each row: ``fact`` (the first), ``facts``, ``what`` (their asks, joined) and ``command``.
+        """
+        rows: dict[str, dict[str, Any]] = {}
+        for name in names:
+            command = self.how_to_get(name)
+            row = rows.setdefault(command, {"fact": name, "facts": [], "what": [], "command": command})
+            row["facts"].append(name)
+            if self.ask(name) not in row["what"]:
+                row["what"].append(self.ask(name))
+        return [{**row, "what": "; ".join(row["what"])} for row in rows.values()]
+
     def how_to_get(self, name: str) -> str:
         spec = self.facts.get(name)
         if spec is None:
@@ -62,6 +83,7 @@ def parse(data: dict[str, Any]) -> Catalogue:
             systems=tuple(entry["systems"]),
             source=entry["source"],
             doc=entry["doc"],
+            ask=entry.get("ask", ""),
         )
         if spec.type not in TYPES:
             raise ValueError(f"facts.toml: {name}: type {spec.type!r} is not one of {', '.join(TYPES)}")

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from oomdoctor.advice.registry import recommend
-from oomdoctor.inference import classes, confidence
+from oomdoctor.inference import catalogue, classes, confidence
 from oomdoctor.inference.rule_engine import Rule, evaluate
 from oomdoctor.memory import budget
 from oomdoctor.pipeline.model import Finding, Incident
@@ -166,17 +166,17 @@ def _evidence_of(facts: Facts) -> confidence.Evidence:
 
 
 def _decisive_gaps(f: Facts) -> list[str]:
-    """The evidence whose absence left an OOM unclassified, in words and with where to get it."""
-    gaps = []
+    """The evidence whose absence left an OOM unclassified: what it is and where to get it (the fact catalogue's words)."""
+    missing = []
     if f.get("oom_stage") in (None, "unknown", "startup", "kv_pool"):
-        gaps.append("where the allocation failed: the traceback above the OOM, or the startup lines before it")
+        missing.append("oom_stage")
     if f.get("requested_bytes") is None:
-        gaps.append("the allocator's numbers: the complete 'CUDA out of memory. Tried to allocate ...' message (a bare 'CUDA error: out of memory' has none)")
+        missing.append("requested_bytes")
     if f.get("system") == "sglang" and (f.get("pre_bytes") is None or f.get("post_bytes") is None):
-        gaps.append("SGLang's 'Load weight begin/end ... avail mem=' lines (--log-level info)")
+        missing.extend(("pre_bytes", "post_bytes"))
     if f.get("process_list") is None and "collected_gpus" not in f.values:
-        gaps.append("the processes on the GPU at the time: nvidia-smi, or `oomdoctor collect -o DIR` / `oomdoctor run`")
-    return gaps
+        missing.append("process_list")
+    return [f"{row['what']}: {row['command']}" for row in catalogue.load().asks(missing)]
 
 
 def _companions(first: str, second: str) -> bool:

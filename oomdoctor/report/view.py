@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.base.units import floor_to
 from oomdoctor.evidence.readings import Readings
-from oomdoctor.inference import classes
+from oomdoctor.inference import catalogue, classes
 from oomdoctor.inference.facts import Facts
 from oomdoctor.input.redact import redact_obj
 from oomdoctor.memory import budget
@@ -336,48 +336,13 @@ def _steps_between(current: float, rec: float | None) -> list[float]:
     return sorted(values)
 
 
-# Where to get a missing fact; several facts share one source.
-_SMI_APPS = "nvidia-smi --query-compute-apps=pid,used_memory --format=csv"
-_STARTUP_LINES = "run the server with --log-level info and keep its startup lines"
-_WHOLE_OOM = "keep the whole 'CUDA out of memory' message"
-_CAPTURE = ("the allocator's own statistics at the OOM", "install oomdoctor.capture in the server (one line, or OOMDOCTOR_CAPTURE_DIR)")
-_PROCESSES = ("other processes on the GPU", f"{_SMI_APPS} (or: oomdoctor collect -o bundle)")
-_SNAPSHOT = ("a GPU and process snapshot from the incident", "oomdoctor collect -o DIR (or run the server under oomdoctor run)")
-
-_COMMANDS = {
-    "capacity_bytes": ("the card's total memory", "nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv"),
-    "pre_bytes": ("free memory before weights (SGLang 'Load weight begin. avail mem')", _STARTUP_LINES),
-    "post_bytes": ("free memory after weights (SGLang 'Load weight end. avail mem')", _STARTUP_LINES),
-    "mem_fraction_static": ("the applied --mem-fraction-static", "keep the 'server_args=ServerArgs(...)' line of the log"),
-    "requested_bytes": ("the size of the failed allocation", _WHOLE_OOM),
-    "free_bytes": ("free memory at the failure", _WHOLE_OOM),
-    "oom_stage": ("where the allocation failed", "keep the traceback above the OOM ('Scheduler hit an exception' block)"),
-    "process_list": _PROCESSES,
-    "shortfall_bytes": ("how much the allocation lacked", _WHOLE_OOM),
-    "foreign_process_bytes": _PROCESSES,
-    "gpu_memory_utilization": ("the applied --gpu-memory-utilization", "keep vLLM's 'non-default args' line"),
-    "foreign_process_count": _PROCESSES,
-    "process_identity_known": _PROCESSES,
-    "startup_foreign_bytes": ("memory in use before the server started", "nvidia-smi --query-gpu=memory.used --format=csv before launching"),
-    "reserved_unallocated_bytes": ("PyTorch's reserved-but-unallocated memory (torch >= 2.1 prints it)", _WHOLE_OOM),
-    "weights_fit": ("whether the weights fit with room for KV", "keep the 'Load weight begin/end ... avail mem' lines"),
-    "startup_free_deficit_bytes": ("free memory at vLLM's start", "keep vLLM's startup lines"),
-    "largest_free_block_bytes": _CAPTURE,
-    "snapshot_inactive_bytes": _CAPTURE,
-    "stats_inactive_split_bytes": _CAPTURE,
-    "collected_foreign_process_bytes": _SNAPSHOT,
-    "collected_other_used_bytes": _SNAPSHOT,
-    "non_kv_bytes": ("vLLM's memory profile", "VLLM_LOGGING_LEVEL=DEBUG shows 'Memory profiling takes ...'"),
-}
-
-
 def _unchecked(d: Diagnosis) -> list[dict[str, Any]]:
     """What the rules could not check and the one command that collects it; facts that share a command share a line."""
-    catalogue = classes.load()
-    spec = catalogue.get(d.verdict_class)
+    known_classes = classes.load()
+    spec = known_classes.get(d.verdict_class)
     if spec is not None and spec.host_steps:
         # Decided by the kernel's and the container's records, not by the GPU: these replace the GPU commands.
-        return [{"fact": s.fact, "facts": [s.fact], "what": s.what, "command": s.command} for s in catalogue.host_steps]
+        return [{"fact": s.fact, "facts": [s.fact], "what": s.what, "command": s.command} for s in known_classes.host_steps]
     missing: list[str] = []
     for item in d.not_evaluated:
         for name in item["missing"]:
@@ -388,14 +353,7 @@ def _unchecked(d: Diagnosis) -> list[dict[str, Any]]:
         for name in ("capacity_bytes", "process_list"):
             if name not in f.values and name not in missing:
                 missing.append(name)
-    by_command: dict[str, dict[str, Any]] = {}
-    for name in missing:
-        what, command = _COMMANDS.get(name, (name.replace("_", " "), "a fuller log (startup lines and the complete OOM message)"))
-        row = by_command.setdefault(command, {"fact": name, "facts": [], "what": [], "command": command})
-        row["facts"].append(name)
-        if what not in row["what"]:
-            row["what"].append(what)
-    return [{**row, "what": "; ".join(row["what"])} for row in by_command.values()]
+    return catalogue.load().asks(missing)
 
 
 def _environment(f: Facts | None) -> dict[str, Any]:
