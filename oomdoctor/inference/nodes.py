@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -206,48 +206,64 @@ def ts_key(ts: str | None) -> tuple[int, float] | None:
 
 
 @dataclass
-class _Scan:
-    """What the node scan of one input found: per prefix node, its identity and its consequences."""
+class NodeScan:
+    """What the lines of one input say about its nodes: per prefix node, its identity and its consequences.
+
+    Fed with the input's anchored lines by the main read (pipeline/events.read_events, with ANCHORS added
+    to its own), so a multi-input incident reads each input once.
+    """
 
     identity: dict[str | None, dict[str, Any]] = field(default_factory=dict)
     consequences: list[tuple[str | None, str, Line, str | None]] = field(default_factory=list)
     prefix_nodes: dict[str, str] = field(default_factory=dict)
     containers: dict[str, str] = field(default_factory=dict)
+    last_ts: dict[str | None, str] = field(default_factory=dict)
+    lines_before: int = 0  # lines of the chunks read so far
+
+    def reading(self, chunks: Iterable[bytes], display: str) -> Iterator[bytes]:
+        """Pass the main read's chunks through, reading this scan's anchored lines of each on the way."""
+        for chunk in chunks:
+            for line in scan_lines((chunk,), display, ANCHORS, [0]):
+                if line.anchored:
+                    self.feed(line._replace(ref=line.ref._replace(line=line.ref.line + self.lines_before)))
+            self.lines_before += chunk.count(b"\n")
+            yield chunk
+
+    def feed(self, line: Line) -> None:
+        """Read one anchored line (its prefix already split by the scanner)."""
+        stripped = split_prefix(line.ref.text)
+        node = stripped.node
+        if node and stripped.node_source:
+            self.prefix_nodes.setdefault(node, stripped.node_source)
+            if stripped.container:
+                self.containers.setdefault(node, stripped.container)
+        if node is None:
+            task = _SRUN_TASK_RE.search(line.msg)
+            if task:
+                # srun's own report names the task: "srun: error: HOST: task 1: Exited with exit code 1".
+                node = f"task{int(task.group(1))}"
+        ts = line_ts(line)
+        key = ts_key(ts)
+        if ts is not None and key is not None and key[0] >= (ts_key(self.last_ts.get(node)) or (0, 0.0))[0]:
+            self.last_ts[node] = ts
+        msg = line.msg
+        if "server_args=" in msg or "non-default args" in msg or "node" in msg or "disaggregation" in msg or "dist" in msg:
+            _identity(self.identity.setdefault(node, {}), msg)
+        for kind, pattern in CONSEQUENCES:
+            if pattern.search(msg):
+                # A line without a time of its own (a traceback's last line) happened at the last time seen.
+                self.consequences.append((node, kind, line, ts or self.last_ts.get(node)))
+                break
 
 
-def scan_input(path: str, display: str) -> _Scan:
-    """The identity lines and consequence lines of one input (a second, anchored pass over it)."""
-    out = _Scan()
-    stats = InputStats(path=display)
+def scan_input(path: str, display: str) -> NodeScan:
+    """The node scan of an input read on its own: a single input whose prefixes turned out to name nodes."""
+    out = NodeScan()
     counter = [0]
-    last_ts: dict[str | None, str] = {}
     try:
-        for line in scan_lines(iter_line_chunks(path, stats), display, ANCHORS, counter):
-            if not line.anchored:
-                continue
-            stripped = split_prefix(line.ref.text)
-            node = stripped.node
-            if node and stripped.node_source:
-                out.prefix_nodes.setdefault(node, stripped.node_source)
-                if stripped.container:
-                    out.containers.setdefault(node, stripped.container)
-            if node is None:
-                task = _SRUN_TASK_RE.search(line.msg)
-                if task:
-                    # srun's own report names the task: "srun: error: HOST: task 1: Exited with exit code 1".
-                    node = f"task{int(task.group(1))}"
-            ts = line_ts(line)
-            key = ts_key(ts)
-            if ts is not None and key is not None and key[0] >= (ts_key(last_ts.get(node)) or (0, 0.0))[0]:
-                last_ts[node] = ts
-            msg = line.msg
-            if "server_args=" in msg or "non-default args" in msg or "node" in msg or "disaggregation" in msg or "dist" in msg:
-                _identity(out.identity.setdefault(node, {}), msg)
-            for kind, pattern in CONSEQUENCES:
-                if pattern.search(msg):
-                    # A line without a time of its own (a traceback's last line) happened at the last time seen.
-                    out.consequences.append((node, kind, line, ts or last_ts.get(node)))
-                    break
+        for line in scan_lines(iter_line_chunks(path, InputStats(path=display)), display, ANCHORS, counter):
+            if line.anchored:
+                out.feed(line)
     except Exception:  # noqa: BLE001 - the node scan is an addition: a damaged input was reported by the main read
         return out
     return out
@@ -295,16 +311,14 @@ class StreamKey:
         return hash((self.index, self.node))
 
 
-def identify(paths: list[str], displays: list[str], roots: Iterable[str]) -> tuple[list[_Scan], list[tuple[str, str, str | None]]]:
-    """The node scan of every input and the node its file name and directories name."""
-    scans = [scan_input(p, d) for p, d in zip(paths, displays, strict=True)]
-    file_nodes = [node_of_path(p, roots) for p in paths]
-    return scans, file_nodes
+def identify(paths: list[str], roots: Iterable[str]) -> list[tuple[str, str, str | None]]:
+    """The node each input's file name and directories name."""
+    return [node_of_path(p, roots) for p in paths]
 
 
 def build_nodes(
     displays: list[str],
-    scans: list[_Scan],
+    scans: list[NodeScan],
     file_nodes: list[tuple[str, str, str | None]],
     stream_nodes: list[set[str]],
 ) -> tuple[dict[str, NodeInfo], dict[tuple[int, str], str]]:

@@ -33,8 +33,14 @@ def _event_node(event: Event, file_node: str) -> str:
     return event.ref.node or file_node
 
 
-def across_nodes(paths: list[str], stats: list[InputStats], per_input: list[list[Event]], roots: list[str]) -> Across | None:
-    """Nodes, roles and the cross-node timeline; None for one input from one node (nothing to do)."""
+def across_nodes(
+    paths: list[str], stats: list[InputStats], per_input: list[list[Event]], roots: list[str], scans: list[nodes_mod.NodeScan] | None = None
+) -> Across | None:
+    """Nodes, roles and the cross-node timeline; None for one input from one node (nothing to do).
+
+    ``scans`` are the inputs' node scans read on the main pass; without them (one input whose prefixes
+    turned out to name nodes) each input is scanned for its node lines here.
+    """
     # The scanner already split every prefix: a single input needs this step only when a prefix named a node.
     if len(per_input) < 2 and not any(s.node_prefixed for s in stats):
         return None
@@ -42,7 +48,12 @@ def across_nodes(paths: list[str], stats: list[InputStats], per_input: list[list
 
     displays = [s.path for s in stats]
     readable = [s.kind != "issue" for s in stats]
-    scans, file_nodes = nodes_mod.identify([p if ok else os.devnull for p, ok in zip(paths, readable, strict=True)], displays, [r for r in roots if r != "-"])
+    if scans is None:
+        scans = [nodes_mod.scan_input(p if ok else os.devnull, d) for p, ok, d in zip(paths, readable, displays, strict=True)]
+    elif not all(readable):
+        # An issue body's node lines are its quoted logs, which the scan of the raw file would not see.
+        scans = [scan if ok else nodes_mod.NodeScan() for scan, ok in zip(scans, readable, strict=True)]
+    file_nodes = nodes_mod.identify(paths, [r for r in roots if r != "-"])
     # Streams: each input, split by the node its lines' prefixes name.
     streams: list[tuple[int, str, list[Event]]] = []
     stream_nodes: list[set[str]] = []

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from oomdoctor.advice.registry import Recommender
     from oomdoctor.base.evidence import Event
+    from oomdoctor.inference.nodes import NodeScan
     from oomdoctor.inference.rule_engine import Rule
     from oomdoctor.pipeline.model import Diagnosis
 
@@ -71,15 +72,25 @@ def _diagnose(paths: list[str], rules: list[Rule], system: str | None, recommend
     stats_list: list[InputStats] = []
     per_input: list[list[Event]] = []
     read_paths: list[str] = []
+    # Several inputs: the node step's lines are read on the main pass (one read of each input). One
+    # input from one node needs no node step, and does not import it.
+    node_scans: list[NodeScan] | None = None
+    if len(found) > 1:
+        from oomdoctor.inference.nodes import NodeScan
+
+        node_scans = []
     for path in found:
         stats = InputStats(path="<stdin>" if path == "-" else path)
+        scan = NodeScan() if node_scans is not None else None
         try:
-            per_input.append(read_events(path, stats))
+            per_input.append(read_events(path, stats, scan))
         except InputError as exc:
             unread.append(unread_input(stats.path, str(exc)))
             continue
         stats_list.append(stats)
         read_paths.append(path)
+        if node_scans is not None and scan is not None:
+            node_scans.append(scan)
     for item in gathered:
         stats_list.append(InputStats(path=item["path"], kind=item["kind"]))
     if not stats_list:
@@ -94,7 +105,7 @@ def _diagnose(paths: list[str], rules: list[Rule], system: str | None, recommend
     line_counts = {s.path: s.lines for s in stats_list}
     # A hard wrap's pieces, read joined to their line, are blank lines now, not log of their own.
     joined_pieces = {s.path: s.joined_pieces for s in stats_list if s.joined_pieces}
-    across = across_nodes(read_paths, stats_list[: len(read_paths)], per_input, log_paths)
+    across = across_nodes(read_paths, stats_list[: len(read_paths)], per_input, log_paths, node_scans)
     observed = observer_oom(gathered) if across is None else None
     if observed is not None and not any(is_oom_event(e) for events in per_input for e in events):
         per_input.append([observed])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from typing import TYPE_CHECKING
 
 from oomdoctor.base.evidence import KIND_REPEATS, Event
 from oomdoctor.evidence import phase as phase_step
@@ -15,6 +16,9 @@ from oomdoctor.input.files import InputStats, iter_line_chunks
 from oomdoctor.input.issue_input import issue_chunks
 from oomdoctor.input.paste import repaired
 from oomdoctor.input.scan import scan_lines
+
+if TYPE_CHECKING:
+    from oomdoctor.inference.nodes import NodeScan
 
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS))
 _FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
@@ -127,8 +131,12 @@ def _signature(events: list[Event]) -> tuple:
     return tuple((e.kind, tuple(sorted((k, repr(v)) for k, v in e.values.items() if k != COLLAPSED_RUNS))) for e in events)
 
 
-def read_events(path: str, stats: InputStats) -> list[Event]:
-    """Scan one input and run every parser over its lines; pure apart from reading the input."""
+def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None) -> list[Event]:
+    """Scan one input and run every parser over its lines; pure apart from reading the input.
+
+    With ``node_scan`` (an input of a multi-input incident), the node step's lines are read on the
+    same pass: the input is read once.
+    """
     parsers = (sg.SGLangParser(), vl.VLLMParser(), tt.TorchParser(), rc.RecordParser())
     store = _EventStore()
     counter = [0]
@@ -161,6 +169,8 @@ def read_events(path: str, stats: InputStats) -> list[Event]:
         stats.warn(f"lines are cut at column {width} (a terminal's hard wrap): each cut line is read joined to its rest")
 
     chunks = repaired(issue_chunks(iter_line_chunks(path, stats), path, display, issue_note), reversed_note, dedent_note, unwrap_note)
+    if node_scan is not None:
+        chunks = node_scan.reading(chunks, display)
     for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS):
         if line.system:
             stats.system_hints[line.system] = stats.system_hints.get(line.system, 0) + 1
