@@ -139,25 +139,3 @@ def test_the_html_marks_the_bar_of_the_rank_that_failed_first(run_cli) -> None:
     single = run_cli("diagnose", str(FIXTURES / "runtime-activation-oom" / "pos_prefill_oom_2026.log"), "--format", "html").out
     assert "failed first" not in single
 
-
-def test_each_input_of_a_multi_node_incident_is_read_once(monkeypatch) -> None:
-    """The node step reads its lines on the main pass: each file is opened for its lines once, not twice."""
-    from collections import Counter
-
-    from oomdoctor.api import diagnose
-    from oomdoctor.input import files
-
-    reads: Counter[str] = Counter()
-    original = files.iter_line_chunks
-
-    def counted(path, stats, *args, **kwargs):
-        reads[str(path)] += 1
-        return original(path, stats, *args, **kwargs)
-
-    import oomdoctor.pipeline.events as events
-
-    monkeypatch.setattr(events, "iter_line_chunks", counted)
-    monkeypatch.setattr(nodes, "iter_line_chunks", counted)
-    d = diagnose([str(MN / "pos_slurm_per_task")])
-    assert d.verdict_class == "runtime_activation"
-    assert len(reads) >= 2 and set(reads.values()) == {1}, reads

@@ -48,8 +48,9 @@ def diagnose(paths: list[str], rules: list[Rule], system: str | None = None, rec
 
 
 def _diagnose(paths: list[str], rules: list[Rule], system: str | None, recommenders: Mapping[str, Recommender] | None = None) -> Diagnosis:
-    log_paths, evidence_paths = split_evidence([p for p in paths if not is_monitoring_text(p)])
-    evidence_paths.extend(p for p in paths if is_monitoring_text(p))
+    monitoring = [p for p in paths if is_monitoring_text(p)]  # one sniff of each input's head
+    log_paths, evidence_paths = split_evidence([p for p in paths if p not in monitoring])
+    evidence_paths.extend(monitoring)
     gathered: list[dict[str, Any]] = []
     # Inputs nothing was read from: each is listed under its own path with its reason (kind missing
     # or unreadable, lines 0), after the inputs that were read.
