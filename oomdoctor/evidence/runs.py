@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from oomdoctor.base.evidence import Event
+from oomdoctor.evidence.parsers import engine_messages as em
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.evidence.parsers import torch_oom as tt
 from oomdoctor.evidence.parsers import vllm as vl
@@ -100,6 +101,9 @@ def is_oom_event(event: Event) -> bool:
         return True
     if event.kind == sg.KIND_CAPTURE_FAILED:
         return bool(event.get("is_oom"))
+    if event.kind == em.KIND_ENGINE_MESSAGE:
+        # An engine's own memory failure (not one of its configuration checks that names memory).
+        return bool(event.get("memory_failure"))
     if event.kind == sg.KIND_PROFILED_NEGATIVE:
         return event.get("profiled_tokens", 0) <= 0
     if event.kind == sg.KIND_LEGACY_PROFILE:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.base.evidence import KIND_REPEATS, Event
 from oomdoctor.evidence import phase as phase_step
+from oomdoctor.evidence.parsers import engine_messages as em
 from oomdoctor.evidence.parsers import records as rc
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.evidence.parsers import torch_oom as tt
@@ -20,7 +21,7 @@ from oomdoctor.input.scan import scan_lines
 if TYPE_CHECKING:
     from oomdoctor.inference.nodes import NodeScan
 
-ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS))
+ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS + em.anchors()))
 _FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
 
 
@@ -138,6 +139,8 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
     same pass: the input is read once.
     """
     parsers = (sg.SGLangParser(), vl.VLLMParser(), tt.TorchParser(), rc.RecordParser())
+    # The catalogue's engine messages fill the gaps: a line a dedicated parser read is theirs.
+    catalogue = em.EngineMessageParser()
     store = _EventStore()
     counter = [0]
     # Anchored lines no event has cited yet; a wrapped message cites its first line only once its
@@ -187,8 +190,10 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
             if len(pending) > _UNPARSED_WINDOW:
                 pending.popitem(last=False)
                 unparsed += 1
-        for parser in parsers:
-            cite(parser.feed(line))
+        read = [e for parser in parsers for e in parser.feed(line)]
+        cite(read)
+        if not any(r.line == line.ref.line and r.path == line.ref.path for e in read for r in e.refs):
+            cite(catalogue.feed(line))
         # A line that says which phase the server was in (progress bars, serving traffic) is context
         # evidence, cited like any other event.
         context_rule = phase_step.classify_context(line.msg) if not line.msg.startswith(" ") else None

@@ -14,6 +14,7 @@ from oomdoctor.evidence.parsers import torch_oom as tt
 from oomdoctor.evidence.runs import Run, dedupe_ooms, implies_kv_failure, is_oom_event
 from oomdoctor.inference.facts import derived, sglang, torch
 from oomdoctor.inference.facts.common import failure_flags, resolve_system
+from oomdoctor.inference.facts.engine_messages import engine_message_facts
 from oomdoctor.inference.facts.phase_facts import phase_facts
 from oomdoctor.inference.facts.store import Facts
 from oomdoctor.input.issue_input import KIND_REPORTED
@@ -67,6 +68,7 @@ def build_facts(
     sglang.startup_facts(f, events, first_i)
     torch.torch_facts(f, events, oom_idx)
     sglang.error_facts(f, events)
+    engine_message_facts(f, events)
     failure_flags(f)
     derived.budget_facts(f)
     derived.foreign_facts(f, events)

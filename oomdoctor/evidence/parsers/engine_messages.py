@@ -1,0 +1,164 @@
+"""The engines' own failure messages, recognised from the knowledge catalogue (data/knowledge/recognizer.json).
+
+tools/knowledge/ reads every released SGLang, vLLM and relative, and keeps the messages they raise or log
+as an error about memory, each as a template with typed placeholders, the function it sits in and the
+phase and class it implies. Here each template becomes a pattern (placeholders become typed captures),
+routed by its longest literal piece: that literal is one of the scanner's anchors, and a line reaches
+the pattern only when it holds a word of that literal. A new engine release is a rerun of the extractor.
+
+A message cut or re-wrapped in a paste still counts when its literal is whole: the event then carries
+no values (``matched`` says "literal" rather than "template").
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from typing import TYPE_CHECKING, NamedTuple
+
+from oomdoctor.base.built_in import DATA_DIR
+from oomdoctor.base.evidence import Event, Line
+
+if TYPE_CHECKING:
+    from typing import Any
+
+KIND_ENGINE_MESSAGE = "engine_message"
+
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*):(int|float|str)\}")
+_VALUE = {"int": r"-?\d[\d,]*", "float": r"-?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", "str": r".*?"}
+_WORD = re.compile(r"[A-Za-z_][\w-]*")
+
+
+class Entry(NamedTuple):
+    """One catalogue failure message."""
+
+    engine: str
+    template: str
+    anchor: str
+    phase: str
+    klass: str
+    memory_failure: bool
+    site: str
+    releases: str
+
+
+def template_pattern(template: str) -> str:
+    """A regular expression for a template: its literal pieces exact (runs of blanks as any blanks),
+    each placeholder a capture of its type, named by position (``v0``, ``v1``: a name may repeat)."""
+    out, pos = [], 0
+    for i, m in enumerate(_PLACEHOLDER.finditer(template)):
+        out.append(r"\s+".join(re.escape(w) for w in template[pos : m.start()].split(" ")))
+        last = m.end() == len(template)
+        out.append(f"(?P<v{i}>{'.*' if last and m.group(2) == 'str' else _VALUE[m.group(2)]})")
+        pos = m.end()
+    out.append(r"\s+".join(re.escape(w) for w in template[pos:].split(" ")))
+    return "".join(out)
+
+
+def _key_word(anchor: str) -> str:
+    """The word a line must hold for the anchor to be tried: the anchor's longest word."""
+    return max(_WORD.findall(anchor), key=len)
+
+
+class _Table(NamedTuple):
+    entries: tuple[Entry, ...]
+    by_word: dict[str, tuple[int, ...]]
+
+
+@functools.cache
+def table() -> _Table:
+    with open(os.path.join(DATA_DIR, "knowledge", "recognizer.json"), encoding="utf-8") as fh:
+        raw = json.load(fh)
+    entries = tuple(
+        Entry(e["engine"], e["template"], e["anchor"], e["phase"], e["class"], e["memory_failure"], e["site"], e["releases"]) for e in raw
+    )
+    by_word: dict[str, list[int]] = {}
+    for i, e in enumerate(entries):
+        by_word.setdefault(_key_word(e.anchor), []).append(i)
+    return _Table(entries, {w: tuple(ids) for w, ids in by_word.items()})
+
+
+@functools.cache
+def _compiled(template: str) -> re.Pattern[str]:
+    return re.compile(template_pattern(template))
+
+
+def anchors() -> tuple[bytes, ...]:
+    """The scanner's literals for the catalogue's messages (one per distinct literal)."""
+    return tuple(dict.fromkeys(e.anchor.encode() for e in table().entries))
+
+
+def _values(entry: Entry, m: re.Match[str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for i, ph in enumerate(_PLACEHOLDER.finditer(entry.template)):
+        text = m.group(f"v{i}")
+        name, kind = ph.group(1), ph.group(2)
+        if name in values or text is None:
+            continue
+        if kind == "str":
+            values[name] = text.strip()
+            continue
+        try:
+            values[name] = int(text.replace(",", "")) if kind == "int" else float(text.replace(",", ""))
+        except ValueError:
+            continue
+    return values
+
+
+def recognise(msg: str) -> tuple[Entry, dict[str, Any], str] | None:
+    """The catalogue message a log line's text is, its values, and how it matched ("template" or "literal")."""
+    found = table()
+    words = set(_WORD.findall(msg)) & found.by_word.keys()
+    if not words:
+        return None
+    whole: list[tuple[Entry, re.Match[str]]] = []
+    literal: Entry | None = None
+    for i in sorted({i for w in words for i in found.by_word[w]}):
+        entry = found.entries[i]
+        if entry.anchor not in msg:
+            continue
+        m = _compiled(entry.template).search(msg)
+        if m is not None:
+            whole.append((entry, m))
+        elif literal is None:
+            literal = entry  # the literal alone: a message cut or wrapped in the paste
+    if whole:
+        # Of two templates that match ("Prefill out of memory." and the same with "Try to allocate N
+        # tokens"; "{phase} out of memory" and "Decode out of memory"), the one with more literal text.
+        entry, m = max(whole, key=lambda em: len(_PLACEHOLDER.sub("", em[0].template)))
+        return entry, _values(entry, m), "template"
+    return (literal, {}, "literal") if literal is not None else None
+
+
+class EngineMessageParser:
+    """Engine failure messages of the catalogue, one event per line that is one."""
+
+    def feed(self, line: Line) -> list[Event]:
+        if not line.anchored:
+            return []
+        found = recognise(" ".join(line.msg.split()))
+        if found is None:
+            return []
+        entry, values, matched = found
+        return [
+            Event(
+                KIND_ENGINE_MESSAGE,
+                (line.ref,),
+                {
+                    "engine": entry.engine,
+                    "template": entry.template,
+                    "phase": entry.phase,
+                    "class": entry.klass,
+                    "memory_failure": entry.memory_failure,
+                    "site": entry.site,
+                    "releases": entry.releases,
+                    "matched": matched,
+                    "values": values,
+                },
+            )
+        ]
+
+    def finish(self) -> list[Event]:
+        return []

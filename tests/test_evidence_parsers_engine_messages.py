@@ -1,0 +1,129 @@
+"""The recognizer of the engines' own failure messages (parsers/engine_messages, data/knowledge/recognizer.json).
+
+Every catalogue entry, rendered with sample values, is recognised as itself with its phase and class:
+bare, and after each damage a real paste shows (the scanner and its prefix splitting included).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+
+from oomdoctor.base.evidence import LineRef
+from oomdoctor.evidence.parsers import engine_messages as em
+from oomdoctor.evidence.parsers import records as rc
+from oomdoctor.input.files import InputStats
+from oomdoctor.pipeline.events import read_events
+
+from conftest import REPO
+
+ENTRIES = em.table().entries
+SAMPLE = {"int": "4096", "float": "12.50", "str": "worker-3"}
+_PH = re.compile(r"\{([a-z_][a-z0-9_]*):(int|float|str)\}")
+
+
+def rendered(entry: em.Entry) -> str:
+    return _PH.sub(lambda m: SAMPLE[m.group(2)], entry.template)
+
+
+def _same(found: em.Entry, entry: em.Entry) -> bool:
+    """The entry itself, or one that reads the same line with the same phase and class (the catalogue keeps
+    one entry per engine, and a general template can match a specific one's line)."""
+    return found.template == entry.template or (found.klass, found.phase) == (entry.klass, entry.phase)
+
+
+def test_the_table_is_what_the_tool_writes_from_the_catalogue() -> None:
+    sys.path.insert(0, str(REPO / "tools" / "knowledge"))
+    try:
+        import recognizer
+    finally:
+        sys.path.pop(0)
+    messages = json.loads((REPO / "oomdoctor" / "data" / "knowledge" / "messages.json").read_text(encoding="utf-8"))
+    committed = (REPO / "oomdoctor" / "data" / "knowledge" / "recognizer.json").read_text(encoding="utf-8")
+    assert committed == recognizer.render(recognizer.build(messages)), "run `python tools/knowledge/recognizer.py`"
+    assert len(ENTRIES) >= 100 and sum(e.memory_failure for e in ENTRIES) >= 60
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.anchor[:40])
+def test_every_entry_is_recognised_with_its_values(entry: em.Entry) -> None:
+    found = em.recognise(rendered(entry))
+    assert found is not None
+    got, values, matched = found
+    assert _same(got, entry) and matched == "template"
+    for ph in _PH.finditer(got.template):
+        if ph.group(2) == "int":
+            assert values.get(ph.group(1)) == 4096
+        elif ph.group(2) == "float":
+            assert values.get(ph.group(1)) == pytest.approx(12.5)
+
+
+def test_a_line_that_is_none_of_them_is_not_recognised() -> None:
+    for text in ("Decode batch. #running-req: 5, #token: 100, token usage: 0.10", "Not enough", "KV cache is", ""):
+        assert em.recognise(text) is None
+
+
+def test_a_cut_message_is_recognised_by_its_literal_without_values() -> None:
+    entry = next(e for e in ENTRIES if e.template.startswith("To serve at least one request"))
+    got, values, matched = em.recognise(rendered(entry)[:90]) or (None, None, None)
+    assert got is not None and got.klass == "startup_kv" and matched == "literal" and values == {}
+
+
+GENERIC = (rc.KIND_RECORD, rc.KIND_CUT, rc.KIND_CONTEXT, rc.KIND_CLEAN_END)
+
+# The damage real pastes show, each a function from a message line to the line(s) as pasted.
+TRANSFORMS = {
+    "ansi": lambda line: [f"\x1b[31mERROR\x1b[0m \x1b[1m{line}\x1b[0m"],
+    "docker_compose": lambda line: [f"sglang-1  | [2026-10-02 09:20:11 TP0] {line}"],
+    "kubectl_prefix": lambda line: [f"[pod/sglang-0/sglang-leader] [2026-10-02 09:20:11 TP0] {line}"],
+    "rank_prefix": lambda line: [f"[rank0]: {line}"],
+    "markdown_quote": lambda line: [f"> {line}"],
+    "python_logging": lambda line: [f"2026-10-02 09:20:11,123 - ERROR - scheduler.py:412 - {line}"],
+    "exception_line": lambda line: [f"RuntimeError: {line}"],
+    "repr_inside_error": lambda line: [f"RuntimeError: Worker failed with error '{line}', please check the stack trace above for the root cause"],
+}
+
+
+@pytest.mark.parametrize("transform", sorted(TRANSFORMS))
+def test_every_entry_survives_each_damage(transform: str, tmp_path) -> None:
+    """One property per transform over all entries: read through the scanner, the message is still found,
+    with the entry's phase and class."""
+    lost = []
+    for i, entry in enumerate(ENTRIES):
+        log = tmp_path / f"{i}.log"
+        log.write_text("\n".join(TRANSFORMS[transform](rendered(entry))) + "\n", encoding="utf-8")
+        events = read_events(str(log), InputStats(path=str(log)))
+        ours = [e for e in events if e.kind == em.KIND_ENGINE_MESSAGE]
+        if ours and (ours[0].get("class"), ours[0].get("phase")) == (entry.klass, entry.phase):
+            continue
+        # A dedicated parser may read the line itself (its event wins the line); a generic failure record
+        # or context line is not a reading of the message.
+        if not [e for e in events if e.kind not in (em.KIND_ENGINE_MESSAGE, *GENERIC)]:
+            lost.append(entry.anchor)
+    assert lost == []
+
+
+def test_a_hard_wrap_keeps_the_literal_when_it_fits_the_first_piece(tmp_path) -> None:
+    """Hard wraps at 80/100/120 columns: a message whose literal lies in the first piece is still found."""
+    for width in (80, 100, 120):
+        for i, entry in enumerate(ENTRIES):
+            line = rendered(entry)
+            if line.find(entry.anchor) + len(entry.anchor) > width:
+                continue
+            log = tmp_path / f"w{width}_{i}.log"
+            log.write_text("\n".join(line[k : k + width] for k in range(0, len(line), width)) + "\n", encoding="utf-8")
+            events = read_events(str(log), InputStats(path=str(log)))
+            assert events, (width, entry.anchor)
+
+
+def test_a_dedicated_parser_keeps_its_line() -> None:
+    """SGLang's startup message is read by the SGLang parser (with its figures): no catalogue event for it."""
+    from oomdoctor.base.evidence import Line
+    from oomdoctor.evidence.parsers.engine_messages import EngineMessageParser
+
+    line = "Not enough memory. Please try to increase --mem-fraction-static."
+    assert em.recognise(line) is not None  # the catalogue knows it
+    ev = EngineMessageParser().feed(Line(LineRef("x", 1, None, line), line))
+    assert ev and ev[0].get("class") == "startup_kv"

@@ -1,0 +1,91 @@
+"""The recognizer's table: the engine failure messages of the catalogue, with what the scanner routes on.
+
+    python tools/knowledge/recognizer.py        # oomdoctor/data/knowledge/messages.json -> recognizer.json
+
+extract.py runs it after writing messages.json; tests/test_data_knowledge.py checks recognizer.json is
+what this writes from the committed catalogue. An entry is a message the engines raise or log as an
+error (not progress or warnings), whose class the catalogue gives (not ``none``): what an engine says
+when something failed. ``anchor`` is a literal piece of the template, the scanner's literal for
+it (the first long literal piece); ``memory_failure`` says the text itself reports a memory failure (an OOM, not enough memory, a
+full pool, a failed allocation), as opposed to a configuration check the catalogue keeps because it
+names memory: only a memory failure counts as evidence of an OOM.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+DATA = ROOT / "oomdoctor" / "data" / "knowledge"
+FAILURE_LEVELS = {"raise", "error", "exception", "critical"}
+PLACEHOLDER = re.compile(r"\{[a-z_][a-z0-9_]*:(?:int|float|str)\}")
+# What a memory failure says in words (not a configuration rule that mentions memory).
+MEMORY_FAILURE = re.compile(
+    r"(?i)out of memory|\bOOM\b|not enough (?:\w+ )?(?:memory|space)|insufficient (?:free )?(?:\w+ )?memory|"
+    r"no (?:free blocks|available memory|space left)|cannot get \S+ free blocks|is full!|exhausted|"
+    r"failed to allocate|allocation failed|cannot allocate|memory exceeds|exceeds? (?:its |the )?(?:\w+ )?(?:memory|budget)|"
+    r"less than (?:desired|the engine's budget)|larger than the (?:available|maximum)|does not fit|cannot fit|no room for|too small to serve|"
+    r"cannot get .{0,12}free blocks"
+)
+# The shortest literal the scanner is given: shorter pieces ("Failed to ") would anchor unrelated lines.
+MIN_ANCHOR = 12
+
+
+def anchor(template: str) -> str:
+    """The first literal piece of a template at least MIN_ANCHOR long (else its longest), its whitespace
+    as a log line shows it: a paste cuts a long message at its end far more often than at its start."""
+    pieces = [" ".join(p.split()) for p in PLACEHOLDER.split(template)]
+    return next((p for p in pieces if len(p) >= MIN_ANCHOR), max(pieces, key=len))
+
+
+def releases_span(releases: list[str]) -> str:
+    """First..last of the catalogue's compact release list ("0.4.0..0.5.1", "0.5.23")."""
+    first = releases[0].split("..")[0]
+    last = releases[-1].split("..")[-1]
+    return first if first == last else f"{first}..{last}"
+
+
+def build(messages: list[dict]) -> list[dict]:
+    out = []
+    for m in messages:
+        levels = {s["level"] for s in m["sites"]}
+        if m["class"] == "none" or not levels & FAILURE_LEVELS:
+            continue
+        literal = anchor(m["template"])
+        if len(literal) < MIN_ANCHOR:
+            continue
+        site = m["sites"][0]
+        out.append(
+            {
+                "engine": m["engine"],
+                "template": m["template"],
+                "anchor": literal,
+                "phase": m["phase"],
+                "class": m["class"],
+                "memory_failure": bool(MEMORY_FAILURE.search(PLACEHOLDER.sub(" ", m["template"]))),
+                "site": f"{site['module']}.{site['function']}",
+                "releases": releases_span(m["releases"]),
+            }
+        )
+    return out
+
+
+def render(entries: list[dict]) -> str:
+    """One entry per line, as the catalogue's files: two runs are byte-identical and a change is a diff."""
+    lines = [json.dumps(e, sort_keys=True, ensure_ascii=False) for e in entries]
+    return "[\n" + ",\n".join(lines) + "\n]\n"
+
+
+def write(data: Path = DATA) -> Path:
+    messages = json.loads((data / "messages.json").read_text(encoding="utf-8"))
+    path = data / "recognizer.json"
+    path.write_text(render(build(messages)), encoding="utf-8")
+    return path
+
+
+if __name__ == "__main__":
+    out = write(Path(sys.argv[1]) if len(sys.argv) > 1 else DATA)
+    print(f"wrote {out}")
