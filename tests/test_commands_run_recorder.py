@@ -313,3 +313,24 @@ def test_stderr_does_not_overtake_stdout_lines_waiting_out_a_pause(tmp_path: Pat
     assert [line for line in lines if line.startswith("line ")] == [f"line {i:03d}" for i in range(400)]
     for i in range(39, 400, 40):
         assert lines.index(f"after line {i:03d}") > lines.index(f"line {i:03d}"), i
+
+
+def test_a_pem_block_with_stderr_lines_between_its_lines_is_redacted(tmp_path: Path) -> None:
+    """stdout writes the key, stderr writes between its lines: server.log interleaves them, and no key line may be in clear."""
+    child = textwrap.dedent(
+        """
+        import sys, time
+        key = ["-----BEGIN PRIVATE KEY-----", "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj",
+               "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu", "VuNd9tybAgMBAAE=", "-----END PRIVATE KEY-----"]
+        for i, line in enumerate(key):
+            sys.stdout.write(line + "\\n"); sys.stdout.flush(); time.sleep(0.03)
+            sys.stderr.write(f"[2026-03-02 10:00:41 TP0] loading shard {i}\\n"); sys.stderr.flush(); time.sleep(0.03)
+        """
+    )
+    out, err = io.BytesIO(), io.BytesIO()
+    code = flight.run([sys.executable, "-c", child], str(tmp_path / "rec"), nvml_module=fakes.FakeNvml(fakes.load("idle_reserved")), psutil_module=None, stdout=out, stderr=err)
+    assert code == 0 and b"MIIEvQ" in out.getvalue()
+    log = (tmp_path / "rec" / "latest" / "server.log").read_text()
+    for fragment in ("MIIEvQ", "MzEfYy", "VuNd9t"):
+        assert fragment not in log, log
+    assert [line for line in log.splitlines() if "loading shard" in line] == [f"[2026-03-02 10:00:41 TP0] loading shard {i}" for i in range(5)]

@@ -38,6 +38,13 @@ _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{1,60}-----")
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]{1,60}-----")
 # One line of a block: base64 (RFC 7468 bodies, OpenSSH keys), an RFC 1421 header, or blank.
 _PEM_BODY = re.compile(r"[A-Za-z0-9+/=]*|(?:Proc-Type|DEK-Info|Comment|Version)\s*:.*")
+# A key line told apart from the other stream's lines once one came between (a merged log, run's stdout
+# and stderr): base64 with a digit (or + /), an upper- and a lower-case letter, or with padding, its
+# length a multiple of 4 as every base64 line is; or an encrypted key's Proc-Type/DEK-Info header.
+# "12345", "Done" and a word of a progress bar are not.
+_PEM_KEY_LINE = re.compile(r"(?=.*[0-9+/])(?=.*[A-Z])(?=.*[a-z])[A-Za-z0-9+/]{8,}={0,2}|[A-Za-z0-9+/]{2,}={1,2}|(?:Proc-Type|DEK-Info)\s*:.*")
+# Lines of other sources a block may have between its own before it counts as cut (BEGIN and no END).
+PEM_GAP_LINES = 64
 
 _MEMO_MAX_LINES = 4096  # a bound on the memo: a log stream's lines are mostly distinct
 _MEMO_MAX_CHARS = 4096
@@ -56,6 +63,7 @@ class Redactor:
         self.pseudonyms = pseudonyms if pseudonyms is not None else Pseudonyms()
         self._pseudonymizer = Pseudonymizer(self.pseudonyms)  # holds the learned host names
         self._pem_prefix: str | None = None  # inside a block: the text before BEGIN on its line
+        self._pem_gap = 0  # inside a block: lines of other sources since its last line
         # Secret redaction is a pure function of the line, and a report repeats its evidence lines
         # (findings, incidents, derivations): each distinct line is redacted once.
         self._secrets_memo: dict[str, str] = {}
@@ -128,6 +136,7 @@ class Redactor:
     def end_of_stream(self) -> None:
         """Forget an unfinished PEM block (call between files; a cut block then stops at the file's end)."""
         self._pem_prefix = None
+        self._pem_gap = 0
 
     def learn(self, text: str) -> None:
         """Collect host names named in ``text`` (hostname=..., NCCL prefixes) without redacting it.
@@ -161,12 +170,19 @@ class Redactor:
             end = len(text.rstrip("\r\n"))
             text = text[: begin.start()] + REDACTED + text[end:]
             self._pem_prefix = line[: line.find("-----BEGIN")] if "-----BEGIN" in line else ""
+            self._pem_gap = 0
         if self.pii:
             text = self._pseudonymizer.text(text)
         return text
 
     def _pem_continuation(self, line: str) -> str | None:
-        """The redacted line while inside a block; None when the line is not part of the block."""
+        """The redacted line while inside a block; None when the line is not part of the block.
+
+        A line that is not part of it does not end the block: in a merged log (several pods, or `run`'s
+        stdout and stderr) other sources write between its lines. From then on only lines shaped like
+        key material (``_PEM_KEY_LINE``) are taken, up to END, or until PEM_GAP_LINES other lines
+        passed (a cut block must not swallow the rest of the log).
+        """
         body = line.rstrip("\r\n")
         newline = line[len(body) :]
         prefix = self._pem_prefix or ""
@@ -181,12 +197,16 @@ class Redactor:
             rest = body[start:].strip()
             end = _PEM_END.search(rest)
             if end is not None and _PEM_BODY.fullmatch(rest[: end.start()].strip()):
-                self._pem_prefix = None
+                self.end_of_stream()
                 tail = redact_secrets(rest[end.end() :])
                 return body[:start] + REDACTED + (" " + tail.strip() if tail.strip() else "") + newline
-            if _PEM_BODY.fullmatch(rest):
+            if self._pem_gap == 0 and _PEM_BODY.fullmatch(rest):
                 return body[:start] + REDACTED + newline if rest else line
-        self._pem_prefix = None
+            if self._pem_gap and (len(rest) % 4 == 0 or ":" in rest) and _PEM_KEY_LINE.fullmatch(rest):
+                return body[:start] + REDACTED + newline
+        self._pem_gap += 1
+        if self._pem_gap > PEM_GAP_LINES:
+            self.end_of_stream()
         return None
 
 

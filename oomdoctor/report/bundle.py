@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from oomdoctor.base.errors import InputError
 from oomdoctor.input.files import InputStats, iter_line_chunks
+from oomdoctor.input.redact import active as active_redactor
 from oomdoctor.input.redact import redact_text
 
 MAX_INPUT_BYTES = 64 << 20
@@ -24,6 +25,8 @@ def plain_name(path: str) -> str:
 
 def copy_chunks(path: str, redact: bool) -> Iterator[bytes]:
     """A log decompressed and (unless ``redact`` is False) redacted line by line, as UTF-8 blocks."""
+    # A block left open by the report's lines or by the previous file ends here: each file is its own stream.
+    active_redactor().end_of_stream()
     for chunk in iter_line_chunks(path, InputStats(path=path)):
         text = chunk.decode("utf-8", "replace")
         if redact:
