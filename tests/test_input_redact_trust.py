@@ -495,3 +495,33 @@ def test_bundle_of_a_merged_log_keeps_no_key_line(run_cli, tmp_path: Path) -> No
     assert [s for s in PEM_BODY if s in copy] == []
     assert "[pod/b/server] 12345\n" in copy and "[pod/b/server] Done\n" in copy
     assert copy.count("\n") == log.read_text().count("\n")
+
+
+# --- a line longer than run's piece (issue 24) ----------------------------------------------------
+
+
+CUT_FORMS = ["hf_abcdefghijklmnopqrstuvwxyz0123456789", "api_key=s3cr3tValueAcrossTheCut0123", "Authorization: Bearer eyBearerTokenAcrossTheCut456",
+             "--hf-token tokenAfterTheFlagAcrossTheCut789", "https://bob:hunter2passAcrossTheCut@db.internal/x"]
+
+
+@pytest.mark.parametrize("form", CUT_FORMS)
+def test_split_long_line_never_cuts_a_secret_in_two(form: str) -> None:
+    window = redact.LONG_LINE_WINDOW
+    secret = form.split()[-1].split("=")[-1].split("@")[0].split(":")[-1]
+    for filler in (b"x" * (2 * window), b"12345 MiB, " * (2 * window // 11)):
+        for shift in range(-len(form) - 2, 3, 4):  # the cut a window before the end falls at every fourth byte of the form
+            line = filler + b" " + form.encode() + b" " + b"y" * (window + shift)
+            head, rest = redact.split_long_line(line)
+            assert head + rest == line  # a clean cut loses nothing
+            written = Redactor().log_bytes(head) + Redactor().log_bytes(rest)
+            assert secret[:8].encode() not in written and secret[-8:].encode() not in written, (shift, written[-200:])
+
+
+def test_split_long_line_drops_the_word_it_must_cut_when_no_cut_is_clean() -> None:
+    """A Digest header takes the rest of its line: every cut after it changes what is redacted, so the word at the cut goes."""
+    window = redact.LONG_LINE_WINDOW
+    line = b"x" * window + b' Authorization: Digest username="u", response="SECRETRESP0123456789" ' + b"a b c d e f g h " + b"z" * window
+    head, rest = redact.split_long_line(line)
+    assert head.endswith(b"<redacted>") and len(head) + len(rest) < len(line)
+    written = Redactor().log_bytes(head) + rest
+    assert b"SECRETRESP" not in written and written.startswith(b"x" * window)

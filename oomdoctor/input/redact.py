@@ -210,6 +210,41 @@ class Redactor:
         return None
 
 
+# A line longer than `run` redacts at once (its READ_BYTES) is written in pieces. A cut is clean where the
+# text on either side, redacted apart, reads as it does redacted together: no match of any rule crosses
+# it, and no key on one side names a value on the other. This far on each side is checked, so a secret
+# up to this long is never cut in two (real ones are shorter: a one-line RSA-4096 PEM block is 3.3 KiB).
+LONG_LINE_WINDOW = 8 << 10
+# Bytes after which a cut leaves words whole: tried when the cut a window before the end is not clean.
+_WORD_END = re.compile(rb"[ \t\r,;&|]")
+_CUT_TRIES = 4
+
+
+def split_long_line(line: bytes, window: int = LONG_LINE_WINDOW) -> tuple[bytes, bytes]:
+    """An unfinished line (no newline yet, longer than two windows) as (the head to redact and write now, the rest to carry).
+
+    The cut is the first clean one of: a window before the end, then the last few word ends before
+    that. When none is clean (secrets all around), the word the cut falls in is replaced by REDACTED,
+    so no piece of a secret is written in clear on either side.
+    """
+    target = len(line) - window
+    low = max(0, target - window)
+    word_ends = [m.end() for m in _WORD_END.finditer(line, low, target)][-_CUT_TRIES:]
+    for cut in (target, *reversed(word_ends)):
+        if _clean_cut(line, cut, window):
+            return line[:cut], line[cut:]
+    start = word_ends[-1] if word_ends else low
+    after = _WORD_END.search(line, target, target + window)
+    end = after.start() if after is not None else target + window
+    return line[:start] + REDACTED.encode(), line[end:]
+
+
+def _clean_cut(line: bytes, cut: int, window: int) -> bool:
+    left = line[max(0, cut - window) : cut].decode("utf-8", "surrogateescape")
+    right = line[cut : cut + window].decode("utf-8", "surrogateescape")
+    return redact_secrets(left) + redact_secrets(right) == redact_secrets(left + right)
+
+
 def _shape(prefix: str) -> str:
     """A prefix with its digits levelled, so lines stamped a second apart have the same shape."""
     return re.compile(r"\d").sub("0", prefix)
