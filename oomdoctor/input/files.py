@@ -139,8 +139,13 @@ def expand_paths(paths: list[str]) -> tuple[list[str], list[InputStats]]:
                 missing.append(unread_input(path, f"directory holds no log files ({', '.join(_LOG_SUFFIXES)})", MISSING))
             found.extend(logs)
             missing.extend(skipped)
-        elif stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):
-            found.append(path)
+        elif stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+            found.append(path)  # a FIFO (<(zcat log.gz)) is read once, to its end
+        elif stat.S_ISCHR(st.st_mode):
+            # /dev/zero or /dev/urandom (a link named x.csv, say) never ends, and a terminal ends when someone types
+            # Ctrl-D: refused by its type, before a byte is read. Standard input is `-`.
+            real = os.path.realpath(path)
+            missing.append(unread_input(path, f"not a regular file ({real} is a character device, which may never end); save the log to a file, or pipe it in as -"))
         else:
             missing.append(unread_input(path, "not a regular file", MISSING))
     return found, missing
