@@ -330,3 +330,20 @@ def test_free_memory_above_the_card_is_listed_as_implausible(run_cli, tmp_path: 
         "Of the allocated memory 76.00 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.\n"
     )
     assert run_cli("diagnose", str(log), "--format", "json").json["implausible_values"] == ["pre 95.00 GiB > capacity 79.19 GiB"]
+
+
+@pytest.mark.parametrize("key", ["gpu_memory_utilization", "tensor_parallel_size", "max_model_len"])
+def test_a_word_where_vllm_s_args_hold_a_number_is_no_fact(run_cli, tmp_path: Path, key: str) -> None:
+    """'gpu_memory_utilization': abc (a pasted secret, a typo) was taken as u: u*total repeated the word 85e9 times (MemoryError, exit 1)."""
+    log = FIXTURES / "allocator-fragmentation" / "pos_vllm_v1_fragmented.log"
+    text = log.read_text()
+    value = {"gpu_memory_utilization": "0.95", "tensor_parallel_size": "4", "max_model_len": None}[key]
+    line = text.splitlines()[0]
+    bad = line.replace(f"'{key}': {value}", f"'{key}': abc") if value else line.replace("{'model'", f"{{'{key}': abc, 'model'")
+    assert bad != line
+    p = tmp_path / "vllm.log"
+    p.write_text(text.replace(line, bad))
+    for fmt in ("text", "html"):
+        res = run_cli("diagnose", str(p), "--format", fmt)
+        assert res.code == 3 and "internal error" not in res.err, res.err
+    assert run_cli("diagnose", str(p), "--format", "json").json["verdict"]["class"] == "fragmentation"  # the rest of the log still decides
