@@ -525,3 +525,16 @@ def test_split_long_line_drops_the_word_it_must_cut_when_no_cut_is_clean() -> No
     assert head.endswith(b"<redacted>") and len(head) + len(rest) < len(line)
     written = Redactor().log_bytes(head) + rest
     assert b"SECRETRESP" not in written and written.startswith(b"x" * window)
+
+
+def test_two_blocks_open_at_once_in_a_merged_log_are_both_redacted() -> None:
+    """Two pods write keys at the same time: the first END must not end the other pod's block (found by the fuzz test)."""
+    a = ["-----BEGIN EC PRIVATE KEY-----", PEM_BODY[0], PEM_BODY[1], "-----END EC PRIVATE KEY-----"]
+    b = ["-----BEGIN PRIVATE KEY-----", PEM_BODY[2], PEM_BODY[3], PEM_BODY[4], "-----END PRIVATE KEY-----"]
+    lines = [f"[rank3]: {a[0]}", f"sglang-1  | {b[0]}", f"[rank3]: {a[1]}", f"sglang-1  | {b[1]}", f"[rank3]: {a[2]}", f"[rank3]: {a[3]}",
+             f"sglang-1  | {b[2]}", "[2026-03-02 10:00:41 TP0] Load weight begin. avail mem=78.50 GB", f"sglang-1  | {b[3]}", f"sglang-1  | {b[4]}",
+             "sglang-1  | 12345"]
+    r = Redactor()
+    out = "".join(r.text(line + "\n") for line in lines)
+    assert [s for s in PEM_BODY[:5] if s in out] == [], out
+    assert out.splitlines()[-4:] == ["[2026-03-02 10:00:41 TP0] Load weight begin. avail mem=78.50 GB", "sglang-1  | <redacted>", "sglang-1  | <redacted>", "sglang-1  | 12345"]

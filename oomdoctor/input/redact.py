@@ -34,17 +34,31 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
     from typing import Any
 
-_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{1,60}-----")
-_PEM_END = re.compile(r"-----END [A-Z0-9 ]{1,60}-----")
+_PEM_BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]{1,60})-----")
+_PEM_END = re.compile(r"-----END ([A-Z0-9 ]{1,60})-----")
 # One line of a block: base64 (RFC 7468 bodies, OpenSSH keys), an RFC 1421 header, or blank.
 _PEM_BODY = re.compile(r"[A-Za-z0-9+/=]*|(?:Proc-Type|DEK-Info|Comment|Version)\s*:.*")
 # A key line told apart from the other stream's lines once one came between (a merged log, run's stdout
-# and stderr): base64 with a digit (or + /), an upper- and a lower-case letter, or with padding, its
-# length a multiple of 4 as every base64 line is; or an encrypted key's Proc-Type/DEK-Info header.
-# "12345", "Done" and a word of a progress bar are not.
-_PEM_KEY_LINE = re.compile(r"(?=.*[0-9+/])(?=.*[A-Z])(?=.*[a-z])[A-Za-z0-9+/]{8,}={0,2}|[A-Za-z0-9+/]{2,}={1,2}|(?:Proc-Type|DEK-Info)\s*:.*")
+# and stderr): base64 with an upper- and a lower-case letter and a digit (or + /) or 16 characters,
+# or with padding, its length a multiple of 4 as every base64 line's is; or an encrypted key's
+# Proc-Type/DEK-Info header. "12345", "Done" and a word of a progress bar are not. (A last line
+# shorter than 16 characters with letters only is taken for a word: a fragment that short may pass.)
+_PEM_KEY_LINE = re.compile(
+    r"(?=.*[A-Z])(?=.*[a-z])(?:(?=.*[0-9+/])[A-Za-z0-9+/]{8,}|[A-Za-z0-9+/]{16,})={0,2}|[A-Za-z0-9+/]{2,}={1,2}|(?:Proc-Type|DEK-Info)\s*:.*"
+)
 # Lines of other sources a block may have between its own before it counts as cut (BEGIN and no END).
 PEM_GAP_LINES = 64
+# Blocks open at once (several pods of a merged log writing keys at the same time); the oldest goes first.
+_PEM_MAX_OPEN = 8
+
+
+class _OpenBlock:
+    """A PEM block whose END has not come: the text before its BEGIN, its label, and the other lines since its last."""
+
+    __slots__ = ("gap", "label", "prefix")
+
+    def __init__(self, prefix: str, label: str) -> None:
+        self.prefix, self.label, self.gap = prefix, label, 0
 
 _MEMO_MAX_LINES = 4096  # a bound on the memo: a log stream's lines are mostly distinct
 _MEMO_MAX_CHARS = 4096
@@ -62,8 +76,7 @@ class Redactor:
         self.pii = pii
         self.pseudonyms = pseudonyms if pseudonyms is not None else Pseudonyms()
         self._pseudonymizer = Pseudonymizer(self.pseudonyms)  # holds the learned host names
-        self._pem_prefix: str | None = None  # inside a block: the text before BEGIN on its line
-        self._pem_gap = 0  # inside a block: lines of other sources since its last line
+        self._pem_blocks: list[_OpenBlock] = []  # the blocks open, the newest last
         # Secret redaction is a pure function of the line, and a report repeats its evidence lines
         # (findings, incidents, derivations): each distinct line is redacted once.
         self._secrets_memo: dict[str, str] = {}
@@ -103,7 +116,7 @@ class Redactor:
         size = len(data)
         flagged = next(starts, None)
         while pos < size:
-            if self._pem_prefix is None and not every:  # outside a block: jump to the next flagged line
+            if not self._pem_blocks and not every:  # outside a block: jump to the next flagged line
                 while flagged is not None and flagged < pos:
                     flagged = next(starts, None)
                 if flagged is None:
@@ -134,9 +147,8 @@ class Redactor:
         return obj
 
     def end_of_stream(self) -> None:
-        """Forget an unfinished PEM block (call between files; a cut block then stops at the file's end)."""
-        self._pem_prefix = None
-        self._pem_gap = 0
+        """Forget the unfinished PEM blocks (call between files; a cut block then stops at the file's end)."""
+        self._pem_blocks = []
 
     def learn(self, text: str) -> None:
         """Collect host names named in ``text`` (hostname=..., NCCL prefixes) without redacting it.
@@ -153,7 +165,7 @@ class Redactor:
     # -- internals --
 
     def _line(self, line: str) -> str:
-        if self._pem_prefix is not None:
+        if self._pem_blocks:
             out = self._pem_continuation(line)
             if out is not None:
                 return self._pseudonymizer.text(out) if self.pii else out
@@ -169,45 +181,68 @@ class Redactor:
             # A block that does not end on this line: drop the rest of it, expect key lines next.
             end = len(text.rstrip("\r\n"))
             text = text[: begin.start()] + REDACTED + text[end:]
-            self._pem_prefix = line[: line.find("-----BEGIN")] if "-----BEGIN" in line else ""
-            self._pem_gap = 0
+            prefix = line[: line.find("-----BEGIN")] if "-----BEGIN" in line else ""
+            self._pem_blocks = [*self._pem_blocks[-_PEM_MAX_OPEN + 1 :], _OpenBlock(prefix, begin.group(1))]
         if self.pii:
             text = self._pseudonymizer.text(text)
         return text
 
     def _pem_continuation(self, line: str) -> str | None:
-        """The redacted line while inside a block; None when the line is not part of the block.
+        """The redacted line when it is part of an open block; None when it is not.
 
-        A line that is not part of it does not end the block: in a merged log (several pods, or `run`'s
-        stdout and stderr) other sources write between its lines. From then on only lines shaped like
-        key material (``_PEM_KEY_LINE``) are taken, up to END, or until PEM_GAP_LINES other lines
-        passed (a cut block must not swallow the rest of the log).
+        A line that is not part of a block does not end it: in a merged log (several pods, or `run`'s
+        stdout and stderr) other sources write between its lines, and may have blocks of their own
+        open. After such a line a block takes only lines shaped like key material (``_PEM_KEY_LINE``),
+        up to its END, or until PEM_GAP_LINES other lines passed (a cut block must not swallow the
+        rest of the log).
         """
         body = line.rstrip("\r\n")
         newline = line[len(body) :]
-        prefix = self._pem_prefix or ""
-        candidates = []
-        if prefix and len(body) >= len(prefix) and _shape(body[: len(prefix)]) == _shape(prefix):
-            candidates.append(len(prefix))
         msg = split_prefix(body).msg
-        if body.endswith(msg):
-            candidates.append(len(body) - len(msg))
-        candidates.append(0)
-        for start in candidates:
-            rest = body[start:].strip()
-            end = _PEM_END.search(rest)
-            if end is not None and _PEM_BODY.fullmatch(rest[: end.start()].strip()):
-                self.end_of_stream()
-                tail = redact_secrets(rest[end.end() :])
-                return body[:start] + REDACTED + (" " + tail.strip() if tail.strip() else "") + newline
-            if self._pem_gap == 0 and _PEM_BODY.fullmatch(rest):
-                return body[:start] + REDACTED + newline if rest else line
-            if self._pem_gap and (len(rest) % 4 == 0 or ":" in rest) and _PEM_KEY_LINE.fullmatch(rest):
-                return body[:start] + REDACTED + newline
-        self._pem_gap += 1
-        if self._pem_gap > PEM_GAP_LINES:
-            self.end_of_stream()
+        for block in reversed(self._pem_blocks):
+            for start in _starts(block.prefix, body, msg):
+                rest = body[start:].strip()
+                end = _PEM_END.search(rest)
+                if end is not None and _PEM_BODY.fullmatch(rest[: end.start()].strip()):
+                    self._close(body[:start], end.group(1))
+                    tail = redact_secrets(rest[end.end() :])
+                    return body[:start] + REDACTED + (" " + tail.strip() if tail.strip() else "") + newline
+                if block.gap == 0 and _PEM_BODY.fullmatch(rest):
+                    self._claimed(block)
+                    return body[:start] + REDACTED + newline if rest else line
+                if block.gap and (len(rest) % 4 == 0 or ":" in rest) and _PEM_KEY_LINE.fullmatch(rest):
+                    self._claimed(block)
+                    return body[:start] + REDACTED + newline
+        self._claimed(None)
         return None
+
+    def _claimed(self, owner: _OpenBlock | None) -> None:
+        """A line went to ``owner`` (None: to no block): for every other block it is a line between its own."""
+        for block in self._pem_blocks:
+            if block is not owner:
+                block.gap += 1
+        self._pem_blocks = [b for b in self._pem_blocks if b.gap <= PEM_GAP_LINES]
+
+    def _close(self, prefix: str, label: str) -> None:
+        """Close the block an END line ends: the one with its prefix and label, else its label, else its prefix, else the newest."""
+        blocks = self._pem_blocks
+        shape = _shape(prefix)
+        for fits in (lambda b: b.label == label and _shape(b.prefix) == shape, lambda b: b.label == label, lambda b: _shape(b.prefix) == shape, lambda b: True):
+            match = next((b for b in reversed(blocks) if fits(b)), None)
+            if match is not None:
+                blocks.remove(match)
+                return
+
+
+def _starts(prefix: str, body: str, msg: str) -> list[int]:
+    """Where a block's line may start in ``body``: after a prefix shaped like its BEGIN line's, after the prefixes the parsers know, at 0."""
+    starts = []
+    if prefix and len(body) >= len(prefix) and _shape(body[: len(prefix)]) == _shape(prefix):
+        starts.append(len(prefix))
+    if body.endswith(msg):
+        starts.append(len(body) - len(msg))
+    starts.append(0)
+    return starts
 
 
 # A line longer than `run` redacts at once (its READ_BYTES) is written in pieces. A cut is clean where the
