@@ -152,3 +152,27 @@ def test_run_s_report_carries_no_raw_terminal_escape(tmp_path: Path) -> None:
         text = (rec / name).read_text()
         assert "52;c;ZWNobyBwd25lZA==" in text, name  # the line is cited, escaped
         assert [c for c in text if _raw_control(c)] == [], name
+
+
+def test_a_token_across_the_1_mib_cut_of_a_long_line_leaves_no_part_in_the_copy(run_cli, tmp_path: Path, monkeypatch) -> None:
+    """Lines over MAX_LINE_BYTES are cut: a token cut in two is no token the rules know, and its first part reached the copy."""
+    from oomdoctor.input import files
+
+    # The cap and the read size scaled down 16 times: the same code, on lines of 200 KB rather than 3 MB.
+    monkeypatch.setattr(files, "MAX_LINE_BYTES", 64 << 10)
+    monkeypatch.setattr(files, "CHUNK_BYTES", 16 << 10)
+    MAX_LINE_BYTES = files.MAX_LINE_BYTES
+    tokens = ["hf_abcdefghijklmnopqrstuvwxyz0123456789", "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "AKIAABCDEFGHIJKLMNOP"]
+    # The token starts a few bytes before the cut; the line goes on (the cut falls where the reader finds it too long).
+    rest = b" tail" * (MAX_LINE_BYTES // 5)
+    lines = [b"x " * ((MAX_LINE_BYTES - 9) // 2) + tokens[0].encode() + rest + b"\n", b"y " * ((MAX_LINE_BYTES - 13) // 2) + tokens[1].encode() + rest + b"\n",
+             b"z" * (MAX_LINE_BYTES - 6) + b" " + tokens[2].encode() + rest + b"\n"]
+    log = tmp_path / "long.log"
+    log.write_bytes(b"".join(lines) + LOG.read_bytes())
+    out = tmp_path / "b.zip"
+    assert run_cli("diagnose", str(log), "--bundle", str(out)).code == 3
+    with zipfile.ZipFile(out) as zf:
+        copy = zf.read("inputs/long.log").decode()
+    for token in tokens:
+        assert token[:5] not in copy, token
+    assert copy.count("x x x") and copy.count("\n") == LOG.read_text().count("\n") + 3

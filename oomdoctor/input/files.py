@@ -489,6 +489,21 @@ def _looks_binary(sample: bytes) -> bool | None:
     return controls / len(text) > 0.10
 
 
+# How far back from MAX_LINE_BYTES a cut line may end at a word's end instead.
+_CUT_BACK_BYTES = 4096
+
+
+def _cut_at_a_word_end(line: bytes) -> bytes:
+    """The first MAX_LINE_BYTES of a line, less the word the cut falls in when a space is near: a token cut
+    in two (hf_..., AKIA...) is no longer one the secret rules know, and its first part would reach the
+    bundle's copy in clear."""
+    head = line[:MAX_LINE_BYTES]
+    if line[MAX_LINE_BYTES : MAX_LINE_BYTES + 1] in (b" ", b"\t"):
+        return head
+    end = max(head.rfind(b" ", MAX_LINE_BYTES - _CUT_BACK_BYTES), head.rfind(b"\t", MAX_LINE_BYTES - _CUT_BACK_BYTES))
+    return head[:end] if end > 0 else head
+
+
 def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:
     """Yield byte chunks that each hold whole lines ending in b"\\n" (the last may be completed).
 
@@ -532,7 +547,7 @@ def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:
             if len(carry) > MAX_LINE_BYTES:
                 stats.long_lines += 1
                 stats.warn(f"lines longer than {MAX_LINE_BYTES >> 20} MiB were cut to that length")
-                yield carry[:MAX_LINE_BYTES] + b"\n"
+                yield _cut_at_a_word_end(carry) + b"\n"
                 carry = b""
                 skipping = True
         if not seen_data:
