@@ -370,6 +370,9 @@ FRAGMENTS = [
     "\u0130", "\u017f", "é", "\r", "hf_", "sk-", "sk_live_", "AKIA", "AIza", "ghp_", "github_pat_", "glpat-", "xoxb-", "eyJ",
     "://", "@", "user", "--api-key", "--token", "--password", "0123456789abcdef", "ABCDEFGHIJKLMNOP", "xyzXYZ0123456789",
     "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "[2026-03-02 10:00:41 TP0] ", "None",
+    # The forms of issue 24: camelCase, dotted and npm keys, Azure and SAS, an empty user name, ids and counts.
+    "accessToken", "clientSecret", "AccountKey", "SharedAccessSignature", "ACCOUNTKEY", "user.", "_authToken", "_auth", "?", "&", "sig=",
+    ";", "redis://:", "Ids", "_ids", "_count", "Expiry",
 ]
 
 
