@@ -313,3 +313,59 @@ def test_stderr_does_not_overtake_stdout_lines_waiting_out_a_pause(tmp_path: Pat
     assert [line for line in lines if line.startswith("line ")] == [f"line {i:03d}" for i in range(400)]
     for i in range(39, 400, 40):
         assert lines.index(f"after line {i:03d}") > lines.index(f"line {i:03d}"), i
+
+
+def test_a_pem_block_with_stderr_lines_between_its_lines_is_redacted(tmp_path: Path) -> None:
+    """stdout writes the key, stderr writes between its lines: server.log interleaves them, and no key line may be in clear."""
+    child = textwrap.dedent(
+        """
+        import sys, time
+        key = ["-----BEGIN PRIVATE KEY-----", "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj",
+               "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu", "VuNd9tybAgMBAAE=", "-----END PRIVATE KEY-----"]
+        for i, line in enumerate(key):
+            sys.stdout.write(line + "\\n"); sys.stdout.flush(); time.sleep(0.03)
+            sys.stderr.write(f"[2026-03-02 10:00:41 TP0] loading shard {i}\\n"); sys.stderr.flush(); time.sleep(0.03)
+        """
+    )
+    out, err = io.BytesIO(), io.BytesIO()
+    code = flight.run([sys.executable, "-c", child], str(tmp_path / "rec"), nvml_module=fakes.FakeNvml(fakes.load("idle_reserved")), psutil_module=None, stdout=out, stderr=err)
+    assert code == 0 and b"MIIEvQ" in out.getvalue()
+    log = (tmp_path / "rec" / "latest" / "server.log").read_text()
+    for fragment in ("MIIEvQ", "MzEfYy", "VuNd9t"):
+        assert fragment not in log, log
+    assert [line for line in log.splitlines() if "loading shard" in line] == [f"[2026-03-02 10:00:41 TP0] loading shard {i}" for i in range(5)]
+
+
+def test_a_secret_across_the_1_mib_split_of_a_long_line_is_redacted(tmp_path: Path) -> None:
+    """server.log redacts a line longer than READ_BYTES in pieces: a secret where the line is cut must not be in clear."""
+    from oomdoctor.commands.run_pumps import READ_BYTES
+
+    # (text before the cut of the secret's context, the rest of it); the line is cut READ_BYTES after its start.
+    forms = [
+        ("hf_abcdefg", "hijklmnopqrstuvwxyz0123456789"),
+        ("api_", "key=s3cr3tValueAcrossTheCut0123"),
+        ("Authorization: Bea", "rer eyBearerTokenAcrossTheCut456"),
+        ("--hf-token ", "tokenAfterTheFlagAcrossTheCut789"),
+        ("https://bob:hunter2", "passAcrossTheCut@db.internal/x"),
+    ]
+    lines = [b"x" * (READ_BYTES - len(head) - 1) + b" " + (head + tail).encode() + b" 12345 MiB end\n" for head, tail in forms]
+    data = tmp_path / "lines.bin"
+    data.write_bytes(b"".join(lines))
+    # Each line's end comes a moment later: the recorder holds more than READ_BYTES of it unfinished, and cuts it.
+    child = (
+        "import sys, time\nout = sys.stdout.buffer\n"
+        "for line in open(sys.argv[1], 'rb').read().splitlines(keepends=True):\n"
+        "    out.write(line[:-15]); out.flush(); time.sleep(0.05); out.write(line[-15:]); out.flush()\n"
+    )
+    out, err = io.BytesIO(), io.BytesIO()
+    code = flight.run([sys.executable, "-c", child, str(data)], str(tmp_path / "rec"), nvml_module=fakes.FakeNvml(fakes.load("idle_reserved")), psutil_module=None, stdout=out, stderr=err)
+    assert code == 0 and out.getvalue() == b"".join(lines)
+    log = (tmp_path / "rec" / "latest" / "server.log").read_bytes()
+    assert log.count(b"\n") == len(forms)
+    secrets = ["hf_abcdefghijklmnopqrstuvwxyz0123456789", "s3cr3tValueAcrossTheCut0123", "eyBearerTokenAcrossTheCut456", "tokenAfterTheFlagAcrossTheCut789", "hunter2passAcrossTheCut"]
+    for secret in secrets:
+        for piece in (secret[:8], secret[-8:]):
+            assert piece.encode() not in log, (secret, piece)
+    # Nothing else of the lines is lost: the filler and the numbers after each secret are all there.
+    assert log.count(b" 12345 MiB end\n") == len(forms)
+    assert log.count(b"x") >= sum(len(line) for line in lines) - 64 * len(forms) - sum(len(h + t) for h, t in forms)

@@ -103,3 +103,40 @@ def test_prometheus_textfile_written_atomically(tmp_path) -> None:
     (sample,) = _families(out.read_text())["oomdoctor_incident"].samples
     assert sample.value == 1772448129.0 and sample.labels["node"] == "sglang-0"
 
+
+
+# A malformed scrape line (issue 24): the error quotes the line, and must not quote its secrets. The token
+# straddles character 80, where the quote was cut: a cut before redaction left its first characters.
+BAD_LINES = {
+    "malformed labels": 'DCGM_FI_DEV_FB_USED{gpu="0",pod="p",api_key="sk-proj-abcdefghijklmnop1234" 123\n',
+    "unterminated label value": 'DCGM_FI_DEV_FB_USED{gpu="0",Hostname="gpu-node-7",note="see token hf_abcdefghijklmnopqrstuvwxyz0123\n',
+    "no value in": 'DCGM_FI_DEV_FB_USED{gpu="0",modelName="NVIDIA H100 80GB HBM3",url="https://bob:hunter2pass@dcgm.internal"}\n',
+}
+BAD_SECRETS = ["sk-proj-abcdefghijklmnop1234", "hf_abcdefghijklmnopqrst", "hunter2pass"]
+
+
+def _no_secret(text: str) -> None:
+    for secret in BAD_SECRETS:
+        for piece in (secret, secret[:7]):
+            assert piece not in text, (piece, text)
+
+
+@pytest.mark.parametrize("reason", list(BAD_LINES))
+def test_a_bad_scrape_line_is_quoted_without_its_secrets(run_cli, tmp_path, reason: str) -> None:
+    scrape = tmp_path / "dcgm.prom"
+    scrape.write_text("# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n" + BAD_LINES[reason])
+    res = run_cli("diagnose", str(scrape))
+    assert res.code == 5
+    assert res.err.count("oomdoctor: error:") == 1 and f"dcgm.prom:2: not a Prometheus text exposition ({reason}" in res.err
+    assert 'DCGM_FI_DEV_FB_USED{gpu=\\"0\\"' in res.err or 'DCGM_FI_DEV_FB_USED{gpu="0"' in res.err  # the line is still quoted
+    _no_secret(res.err)
+
+
+def test_a_bad_scrape_line_in_the_summary_is_listed_without_its_secrets(run_cli, tmp_path) -> None:
+    for i, line in enumerate(BAD_LINES.values()):
+        (tmp_path / f"node{i}.prom").write_text(line)
+    text = run_cli("diagnose", "--summary", str(tmp_path))
+    assert text.code == 0 and text.out.count("not a Prometheus text exposition") == 3
+    js = run_cli("diagnose", "--summary", str(tmp_path), "--format", "json")
+    assert len(js.json["failed"]) == 3
+    _no_secret(text.out + text.err + js.out + js.err)

@@ -202,23 +202,48 @@ def _shared_reference_snapshot(path: Path) -> Path:
     return path
 
 
-def test_shared_reference_snapshot_is_bounded(tmp_path: Path) -> None:
+def test_shared_reference_snapshot_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound is structural: the walk is refused at the first repeated reference, after one segment.
+
+    It is counted, not timed: a 2 s limit on the subprocess failed on a loaded machine. The subprocess
+    runs check what the user sees (exit 5, the reason); their timeouts only keep a regression (a walk
+    of 10**10 blocks) from hanging the suite.
+    """
     import pickle
     import subprocess
     import sys
+    from collections import Counter
+
+    from oomdoctor.base.errors import InputError
+    from oomdoctor.evidence import allocator
 
     snap = _shared_reference_snapshot(tmp_path / "bomb.pickle")
     assert snap.stat().st_size < 500_000
-    res = subprocess.run([sys.executable, "-m", "oomdoctor", "diagnose", str(snap)], capture_output=True, text=True, timeout=2.0)
+    visits: Counter[str] = Counter()
+    size = allocator._size
+
+    def counted(value: object, path: str, what: str) -> int:
+        visits[what] += 1
+        return size(value, path, what)
+
+    monkeypatch.setattr(allocator, "_size", counted)
+    with pytest.raises(InputError, match="shared pickle references"):
+        allocator.snapshot_facts(allocator.load_snapshot(str(snap)), str(snap))
+    assert visits == {"a segment's total_size": 1}  # not one block of the 10**10 read
+    res = subprocess.run([sys.executable, "-m", "oomdoctor", "diagnose", str(snap)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 5, res.stderr
     assert "shared pickle references" in res.stderr and "Traceback" not in res.stderr
     # Beside a log, the snapshot is listed as unread with the cap and the log is still diagnosed.
-    res = subprocess.run([sys.executable, "-m", "oomdoctor", "diagnose", str(SEED), str(snap)], capture_output=True, text=True, timeout=5.0)
+    res = subprocess.run([sys.executable, "-m", "oomdoctor", "diagnose", str(SEED), str(snap)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 3 and "shared pickle references" in res.stderr
     # Each segment its own object, all holding one block many times: refused at the first segment.
     block = {"size": 1, "state": "inactive"}
     snap.write_bytes(pickle.dumps({"segments": [{"total_size": 1, "blocks": [block] * 1000} for _ in range(200)]}))
-    res = subprocess.run([sys.executable, "-m", "oomdoctor", "diagnose", str(snap)], capture_output=True, text=True, timeout=2.0)
+    visits.clear()
+    with pytest.raises(InputError, match="refers to one block more than once"):
+        allocator.snapshot_facts(allocator.load_snapshot(str(snap)), str(snap))
+    assert visits == {"a segment's total_size": 1}
+    res = subprocess.run([sys.executable, "-m", "oomdoctor", "diagnose", str(snap)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 5 and "refers to one block more than once" in res.stderr
 
 
@@ -305,3 +330,20 @@ def test_free_memory_above_the_card_is_listed_as_implausible(run_cli, tmp_path: 
         "Of the allocated memory 76.00 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.\n"
     )
     assert run_cli("diagnose", str(log), "--format", "json").json["implausible_values"] == ["pre 95.00 GiB > capacity 79.19 GiB"]
+
+
+@pytest.mark.parametrize("key", ["gpu_memory_utilization", "tensor_parallel_size", "max_model_len"])
+def test_a_word_where_vllm_s_args_hold_a_number_is_no_fact(run_cli, tmp_path: Path, key: str) -> None:
+    """'gpu_memory_utilization': abc (a pasted secret, a typo) was taken as u: u*total repeated the word 85e9 times (MemoryError, exit 1)."""
+    log = FIXTURES / "allocator-fragmentation" / "pos_vllm_v1_fragmented.log"
+    text = log.read_text()
+    value = {"gpu_memory_utilization": "0.95", "tensor_parallel_size": "4", "max_model_len": None}[key]
+    line = text.splitlines()[0]
+    bad = line.replace(f"'{key}': {value}", f"'{key}': abc") if value else line.replace("{'model'", f"{{'{key}': abc, 'model'")
+    assert bad != line
+    p = tmp_path / "vllm.log"
+    p.write_text(text.replace(line, bad))
+    for fmt in ("text", "html"):
+        res = run_cli("diagnose", str(p), "--format", fmt)
+        assert res.code == 3 and "internal error" not in res.err, res.err
+    assert run_cli("diagnose", str(p), "--format", "json").json["verdict"]["class"] == "fragmentation"  # the rest of the log still decides

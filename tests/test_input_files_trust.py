@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from oomdoctor.input.files import MAX_LINE_BYTES, InputStats, iter_line_chunks
 
-from conftest import FIXTURES
+from conftest import FIXTURES, one_error
 
 LOG = FIXTURES / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"
 OOM_LINE = b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free.\n"
@@ -292,3 +294,29 @@ def test_sigint_while_spooling_stdin_leaves_nothing(tmp_path: Path) -> None:
     assert code == 130, (code, err)
     assert err.strip() == "oomdoctor: error: interrupted"
     assert os.listdir(tmp_path) == []
+
+
+# --- an endless input given as a log (issue 24) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["x.csv", "x.log", "x.json", "x.pickle", "x.xml", "dev-zero"])
+def test_a_character_device_given_by_name_is_one_error_line_and_exit_5(tmp_path: Path, name: str) -> None:
+    """A link to /dev/zero (whatever its name says) never ends: refused before a byte is read, not read for ever.
+
+    The subprocess timeout only guards the suite against the hang this test is about; the bound is
+    structural: the device is refused by its type (os.stat), so its length never matters.
+    """
+    link = tmp_path / name
+    link.symlink_to("/dev/zero")
+    res = subprocess.run([sys.executable, "-m", "oomdoctor", "diagnose", str(link)], capture_output=True, text=True, timeout=60, cwd="/")
+    assert res.returncode == 5, res.stderr
+    assert one_error(res.stderr) == f"oomdoctor: error: {link}: not a regular file (/dev/zero is a character device, which may never end); save the log to a file, or pipe it in as -"
+
+
+def test_a_character_device_beside_a_log_is_listed_and_the_log_diagnosed(run_cli, tmp_path: Path) -> None:
+    link = tmp_path / "zero.log"
+    link.symlink_to("/dev/zero")
+    res = run_cli("diagnose", str(LOG), str(link), "--format", "json")
+    assert res.code == 3
+    unread = [i for i in res.json["inputs"] if i["path"] == str(link)]
+    assert len(unread) == 1 and "a character device" in unread[0]["warnings"][0]

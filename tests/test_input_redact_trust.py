@@ -123,13 +123,13 @@ def test_encrypted_pem_headers_and_blank_line() -> None:
     assert not _leaks(out) and "Load weight end." in out
 
 
-def test_truncated_pem_stops_at_the_first_ordinary_line() -> None:
+def test_truncated_pem_keeps_the_first_ordinary_line() -> None:
     r = Redactor()
     lines = ["-----BEGIN OPENSSH PRIVATE KEY-----", PEM_BODY[0], PEM_BODY[1], "[2026-03-02 10:00:42] Load weight begin. avail mem=78.5 GB"]
     out = r.text("\n".join(lines))
     assert not _leaks(out)
     assert out.endswith("[2026-03-02 10:00:42] Load weight begin. avail mem=78.5 GB")
-    assert r.text("plain") == "plain"  # the block is over
+    assert r.text("plain") == "plain"  # not key material: kept (the block waits PEM_GAP_LINES for more of it)
 
 
 def test_redact_obj_and_module_functions_still_work() -> None:
@@ -370,6 +370,9 @@ FRAGMENTS = [
     "\u0130", "\u017f", "é", "\r", "hf_", "sk-", "sk_live_", "AKIA", "AIza", "ghp_", "github_pat_", "glpat-", "xoxb-", "eyJ",
     "://", "@", "user", "--api-key", "--token", "--password", "0123456789abcdef", "ABCDEFGHIJKLMNOP", "xyzXYZ0123456789",
     "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "[2026-03-02 10:00:41 TP0] ", "None",
+    # The forms of issue 24: camelCase, dotted and npm keys, Azure and SAS, an empty user name, ids and counts.
+    "accessToken", "clientSecret", "AccountKey", "SharedAccessSignature", "ACCOUNTKEY", "user.", "_authToken", "_auth", "?", "&", "sig=",
+    ";", "redis://:", "Ids", "_ids", "_count", "Expiry",
 ]
 
 
@@ -430,3 +433,111 @@ def test_sessions_nest_per_thread_and_fall_back_to_the_default() -> None:
     with pytest.raises(RuntimeError), redact.session(pii=True):
         raise RuntimeError("the session closes anyway")
     assert redact.active() is default
+
+
+# --- PEM blocks with other lines between their lines (issue 24) ----------------------------------
+
+
+def _interleaved(block: list[str], other: list[str], prefix_block: str = "", prefix_other: str = "") -> list[str]:
+    """The block's lines with one line of ``other`` after each of them (a merged log, two streams)."""
+    lines = []
+    for i, line in enumerate(block):
+        lines.append(f"{prefix_block}{line}\n")
+        lines.append(f"{prefix_other}{other[i % len(other)]}\n")
+    return lines
+
+
+# What another process or stream writes meanwhile: numbers, single words, statistics (evidence, all of it).
+OTHER_LINES = [
+    "[2026-03-02 10:00:41 TP0] Load weight begin. avail mem=78.50 GB",
+    "12345",
+    "Done",
+    "[2026-03-02 10:00:41 TP0] Decode batch. #running-req: 233, #token: 81234, token usage: 0.28",
+    "Loading safetensors checkpoint shards: 100%|##########| 16/16",
+    "abcdefgh",
+]
+
+
+@pytest.mark.parametrize(
+    "prefix_block, prefix_other",
+    [("", ""), ("[pod/a/server] ", "[pod/b/server] "), ("sglang-1  | ", "sglang-2  | "), ("", "[2026-03-02 10:00:41 TP0] ")],
+)
+def test_pem_lines_with_other_lines_between_them_are_redacted(prefix_block: str, prefix_other: str) -> None:
+    """A merged log (kubectl --prefix of two pods, run's stdout and stderr) puts other lines inside a block."""
+    for block, secrets in ((PEM_LINES, PEM_BODY), (ENCRYPTED_PEM, ENCRYPTED_SECRETS)):
+        lines = _interleaved(block, OTHER_LINES, prefix_block, prefix_other)
+        r = Redactor()
+        out = "".join(r.text(line) for line in lines)
+        assert [s for s in secrets if s in out] == [], out
+        # Every line of the other stream is there as it was, and the line count is the input's.
+        for line in lines:
+            if line.startswith(prefix_other) and line[len(prefix_other) :].rstrip("\n") in OTHER_LINES:
+                assert line in out
+        assert out.count("\n") == len(lines)
+        assert r.text("after the block: MIIBOgIBAAJBAKj34GkxFhD90vcN0123\n") == "after the block: MIIBOgIBAAJBAKj34GkxFhD90vcN0123\n"
+
+
+def test_a_block_left_open_stops_taking_lines_after_a_while() -> None:
+    """A cut block (BEGIN, no END) must not eat the rest of the log: base64-like lines far after it stay."""
+    r = Redactor()
+    r.text("-----BEGIN PRIVATE KEY-----\n")
+    r.text(PEM_BODY[0] + "\n")
+    for i in range(200):
+        r.text(f"[2026-03-02 10:00:41 TP0] line {i}\n")
+    assert r.text("QWxhZGRpbjpvcGVuIHNlc2FtZQ==\n") == "QWxhZGRpbjpvcGVuIHNlc2FtZQ==\n"
+
+
+def test_bundle_of_a_merged_log_keeps_no_key_line(run_cli, tmp_path: Path) -> None:
+    log = tmp_path / "merged.log"
+    body = _interleaved(PEM_LINES, OTHER_LINES, "[pod/a/server] ", "[pod/b/server] ")
+    log.write_text("".join(body) + SEED.read_text())
+    bundle = tmp_path / "b.zip"
+    assert run_cli("diagnose", str(log), "--bundle", str(bundle)).code == 3
+    with zipfile.ZipFile(bundle) as zf:
+        copy = zf.read("inputs/merged.log").decode()
+    assert [s for s in PEM_BODY if s in copy] == []
+    assert "[pod/b/server] 12345\n" in copy and "[pod/b/server] Done\n" in copy
+    assert copy.count("\n") == log.read_text().count("\n")
+
+
+# --- a line longer than run's piece (issue 24) ----------------------------------------------------
+
+
+CUT_FORMS = ["hf_abcdefghijklmnopqrstuvwxyz0123456789", "api_key=s3cr3tValueAcrossTheCut0123", "Authorization: Bearer eyBearerTokenAcrossTheCut456",
+             "--hf-token tokenAfterTheFlagAcrossTheCut789", "https://bob:hunter2passAcrossTheCut@db.internal/x"]
+
+
+@pytest.mark.parametrize("form", CUT_FORMS)
+def test_split_long_line_never_cuts_a_secret_in_two(form: str) -> None:
+    window = redact.LONG_LINE_WINDOW
+    secret = form.split()[-1].split("=")[-1].split("@")[0].split(":")[-1]
+    for filler in (b"x" * (2 * window), b"12345 MiB, " * (2 * window // 11)):
+        for shift in range(-len(form) - 2, 3, 4):  # the cut a window before the end falls at every fourth byte of the form
+            line = filler + b" " + form.encode() + b" " + b"y" * (window + shift)
+            head, rest = redact.split_long_line(line)
+            assert head + rest == line  # a clean cut loses nothing
+            written = Redactor().log_bytes(head) + Redactor().log_bytes(rest)
+            assert secret[:8].encode() not in written and secret[-8:].encode() not in written, (shift, written[-200:])
+
+
+def test_split_long_line_drops_the_word_it_must_cut_when_no_cut_is_clean() -> None:
+    """A Digest header takes the rest of its line: every cut after it changes what is redacted, so the word at the cut goes."""
+    window = redact.LONG_LINE_WINDOW
+    line = b"x" * window + b' Authorization: Digest username="u", response="SECRETRESP0123456789" ' + b"a b c d e f g h " + b"z" * window
+    head, rest = redact.split_long_line(line)
+    assert head.endswith(b"<redacted>") and len(head) + len(rest) < len(line)
+    written = Redactor().log_bytes(head) + rest
+    assert b"SECRETRESP" not in written and written.startswith(b"x" * window)
+
+
+def test_two_blocks_open_at_once_in_a_merged_log_are_both_redacted() -> None:
+    """Two pods write keys at the same time: the first END must not end the other pod's block (found by the fuzz test)."""
+    a = ["-----BEGIN EC PRIVATE KEY-----", PEM_BODY[0], PEM_BODY[1], "-----END EC PRIVATE KEY-----"]
+    b = ["-----BEGIN PRIVATE KEY-----", PEM_BODY[2], PEM_BODY[3], PEM_BODY[4], "-----END PRIVATE KEY-----"]
+    lines = [f"[rank3]: {a[0]}", f"sglang-1  | {b[0]}", f"[rank3]: {a[1]}", f"sglang-1  | {b[1]}", f"[rank3]: {a[2]}", f"[rank3]: {a[3]}",
+             f"sglang-1  | {b[2]}", "[2026-03-02 10:00:41 TP0] Load weight begin. avail mem=78.50 GB", f"sglang-1  | {b[3]}", f"sglang-1  | {b[4]}",
+             "sglang-1  | 12345"]
+    r = Redactor()
+    out = "".join(r.text(line + "\n") for line in lines)
+    assert [s for s in PEM_BODY[:5] if s in out] == [], out
+    assert out.splitlines()[-4:] == ["[2026-03-02 10:00:41 TP0] Load weight begin. avail mem=78.50 GB", "sglang-1  | <redacted>", "sglang-1  | <redacted>", "sglang-1  | 12345"]

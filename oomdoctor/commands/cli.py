@@ -22,7 +22,7 @@ from oomdoctor.commands.diagnose import latest_run_quiet as _latest_run_quiet
 from oomdoctor.commands.diagnose import refuse_outputs_among_inputs as _refuse_outputs_among_inputs
 from oomdoctor.commands.diagnose import stdin_buffer
 from oomdoctor.commands.exits import exit_code as _exit_code
-from oomdoctor.report.console import escape_controls
+from oomdoctor.report.console import escape_controls, message_line
 from oomdoctor.report.console import safe_output as _safe_output
 from oomdoctor.report.console import warn as _warn
 from oomdoctor.report.console import write_atomic as _write
@@ -60,7 +60,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except OomdoctorError as exc:
-            click.echo(escape_controls(f"oomdoctor: error: {exc}"), err=True)
+            click.echo(message_line("error", str(exc)), err=True)
             ctx.exit(int(_exit_code(exc)))
 
 

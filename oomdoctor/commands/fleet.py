@@ -110,8 +110,10 @@ def row(path: str, view: dict[str, Any]) -> dict[str, Any]:
 
 
 def failed(path: str, reason: str) -> dict[str, Any]:
-    """An input that could not be diagnosed, with its one-line reason."""
-    reason = _one_line(reason)
+    """An input that could not be diagnosed, with its one-line reason (its secrets redacted: a reason may quote the input)."""
+    from oomdoctor.input.secret_rules import redact_secrets
+
+    reason = redact_secrets(_one_line(reason))
     return {"path": path, "error": reason.removeprefix(f"{path}: ") or reason}
 
 

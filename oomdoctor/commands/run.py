@@ -289,14 +289,15 @@ TEXTFILE_NAME = "oomdoctor.prom"
 def _write_report(out: Path, stderr: BinaryIO | None, textfile_dir: str | None = None) -> None:
     from oomdoctor.api import diagnose, load_rules
     from oomdoctor.base.errors import OomdoctorError
+    from oomdoctor.report.console import safe_output
     from oomdoctor.report.render import html, json_out
     from oomdoctor.report.view import build_view
 
     try:
         rules = load_rules()
         view = build_view(diagnose([str(out)], rules=rules))
-        (out / "report.html").write_text(html.render(view, {r.id: r.docs for r in rules}))
-        (out / "diagnosis.json").write_text(json_out.render(view))
+        (out / "report.html").write_text(safe_output("html", html.render(view, {r.id: r.docs for r in rules})))  # as diagnose's: no raw escape
+        (out / "diagnosis.json").write_text(safe_output("json", json_out.render(view)))
         note = f"oomdoctor: {view['verdict']['class']}: {_first_change(view)}report at {out / 'report.html'}"
     except OomdoctorError as exc:
         _say(stderr, f"oomdoctor: no report: {exc}")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, BinaryIO, cast
 
 from oomdoctor.commands.run_pumps import READ_BYTES
 from oomdoctor.input.files import OWN_HIDDEN_PREFIX
+from oomdoctor.input.redact import split_long_line
 from oomdoctor.input.ring_file import first_line_end, spans_after
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ class LogTee:
     the order they were completed: a line the other stream cut in two on the terminal is whole in the
     log, and a secret split around such a write is still redacted (a fresh-eyes review found the
     earlier arrival-order flush writing one in clear). A line longer than ``READ_BYTES`` is redacted in
-    pieces of that size (the post-exit pass this replaces read lines the same way). ``close`` writes
+    pieces of about that size, each cut where no secret is cut in two (``redact.split_long_line``). ``close`` writes
     what is left and closes the log. If redaction itself ever failed, the log would stop there rather
     than take a line unredacted.
     """
@@ -216,11 +217,13 @@ class LogTee:
         held = self.carry.get(stream, b"")
         data = held + chunk if held else chunk
         cut = data.rfind(b"\n") + 1
-        while len(data) - cut >= READ_BYTES:  # a line without end: in pieces
-            cut += READ_BYTES
-        if cut:
-            self._write(data[:cut] if cut < len(data) else data)
-        self.carry[stream] = data[cut:]
+        head, rest = (data[:cut], data[cut:]) if cut < len(data) else (data, b"")
+        if len(rest) >= READ_BYTES:  # a line without end: a piece of it now, cut where no secret is cut in two
+            piece, rest = split_long_line(rest)
+            head += piece
+        if head:
+            self._write(head)
+        self.carry[stream] = rest
 
     def _write(self, data: bytes) -> None:
         assert self.redactor is not None

@@ -20,6 +20,7 @@ import re
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.errors import InputError
+from oomdoctor.input.secret_rules import redact_secrets
 
 if TYPE_CHECKING:
     from typing import Any
@@ -88,6 +89,12 @@ _VALUE_RE = re.compile(r"[ \t]+([^ \t\n]+)(?:[ \t]+-?[0-9]+)?[ \t]*\n?\Z")
 _ESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
 
 
+def _quoted(line: str) -> str:
+    """A scrape line as an error quotes it: its secrets redacted first (a label may hold one), then cut,
+    so no cut leaves the start of a token the rules would no longer know."""
+    return repr(redact_secrets(line)[:80])
+
+
 def _label_value(line: str, pos: int) -> tuple[str, int]:
     """The unescaped label value that starts at ``pos`` (just after its opening quote) and where it ends."""
     parts = []
@@ -97,7 +104,7 @@ def _label_value(line: str, pos: int) -> tuple[str, int]:
         parts.append(plain.group())
         pos = plain.end()
         if pos >= len(line) or line[pos] == "\n":
-            raise ValueError(f"unterminated label value in {line[:80]!r}")
+            raise ValueError(f"unterminated label value in {_quoted(line)}")
         if line[pos] == '"':
             return "".join(parts), pos + 1
         escaped = line[pos + 1 : pos + 2]
@@ -126,11 +133,11 @@ def _sample(line: str) -> tuple[str, dict[str, str], float] | None:
                 break
         end = _END_LABELS_RE.match(line, pos)
         if end is None:
-            raise ValueError(f"malformed labels in {line[:80]!r}")
+            raise ValueError(f"malformed labels in {_quoted(line)}")
         pos = end.end()
     vm = _VALUE_RE.match(line, pos)
     if vm is None:
-        raise ValueError(f"no value in {line[:80]!r}")
+        raise ValueError(f"no value in {_quoted(line)}")
     return m.group(1), labels, float(vm.group(1))
 
 

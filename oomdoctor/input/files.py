@@ -139,8 +139,13 @@ def expand_paths(paths: list[str]) -> tuple[list[str], list[InputStats]]:
                 missing.append(unread_input(path, f"directory holds no log files ({', '.join(_LOG_SUFFIXES)})", MISSING))
             found.extend(logs)
             missing.extend(skipped)
-        elif stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):
-            found.append(path)
+        elif stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+            found.append(path)  # a FIFO (<(zcat log.gz)) is read once, to its end
+        elif stat.S_ISCHR(st.st_mode):
+            # /dev/zero or /dev/urandom (a link named x.csv, say) never ends, and a terminal ends when someone types
+            # Ctrl-D: refused by its type, before a byte is read. Standard input is `-`.
+            real = os.path.realpath(path)
+            missing.append(unread_input(path, f"not a regular file ({real} is a character device, which may never end); save the log to a file, or pipe it in as -"))
         else:
             missing.append(unread_input(path, "not a regular file", MISSING))
     return found, missing
@@ -484,6 +489,21 @@ def _looks_binary(sample: bytes) -> bool | None:
     return controls / len(text) > 0.10
 
 
+# How far back from MAX_LINE_BYTES a cut line may end at a word's end instead.
+_CUT_BACK_BYTES = 4096
+
+
+def _cut_at_a_word_end(line: bytes) -> bytes:
+    """The first MAX_LINE_BYTES of a line, less the word the cut falls in when a space is near: a token cut
+    in two (hf_..., AKIA...) is no longer one the secret rules know, and its first part would reach the
+    bundle's copy in clear."""
+    head = line[:MAX_LINE_BYTES]
+    if line[MAX_LINE_BYTES : MAX_LINE_BYTES + 1] in (b" ", b"\t"):
+        return head
+    end = max(head.rfind(b" ", MAX_LINE_BYTES - _CUT_BACK_BYTES), head.rfind(b"\t", MAX_LINE_BYTES - _CUT_BACK_BYTES))
+    return head[:end] if end > 0 else head
+
+
 def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:
     """Yield byte chunks that each hold whole lines ending in b"\\n" (the last may be completed).
 
@@ -527,7 +547,7 @@ def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:
             if len(carry) > MAX_LINE_BYTES:
                 stats.long_lines += 1
                 stats.warn(f"lines longer than {MAX_LINE_BYTES >> 20} MiB were cut to that length")
-                yield carry[:MAX_LINE_BYTES] + b"\n"
+                yield _cut_at_a_word_end(carry) + b"\n"
                 carry = b""
                 skipping = True
         if not seen_data:

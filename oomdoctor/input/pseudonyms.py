@@ -51,6 +51,12 @@ _FQDN_RE = lazy(
     r"(?<![\w.@-])(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+(?:" + _TLDS + r")(?![\w-]|\.[A-Za-z0-9])",
     re.I,
 )
+# The host of a URL with user info (scheme://user:pass@HOST, the user info already redacted): a host
+# however it is spelled, bare or dotted, whatever its last label (the FQDN pattern leaves a name after '@' alone).
+_URL_HOST_RE = lazy(
+    "@",
+    r"(://[^\s/@'\"]*@)(?P<h>[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*)(?![\w-])",
+)
 # Where a bare host name is named: hostname=..., host: ..., --host ..., MASTER_ADDR=..., NCCL's
 # "node-7:1234:1234 [0] NCCL INFO" prefix, torch's "connect to [node-7]:29500".
 _HOST_CONTEXT = (
@@ -137,6 +143,14 @@ class Pseudonymizer:
         words = "|".join(re.escape(h) for h in sorted(self._hosts, key=len, reverse=True))
         self._hosts_re = re.compile(r"(?<![\w.-])(?:" + words + r")(?![\w-])", re.I)  # node7.log -> <host-1>.log
 
+    def _url_host(self, m: re.Match[str]) -> str:
+        host = m.group("h").rstrip(".")
+        if host.lower() in _NOT_HOSTS or _public(host):
+            return m.group(0)
+        if "." not in host:
+            self.add_hostname(host)  # a bare name, learned: replaced wherever else it is named
+        return m.group(1) + self.pseudonyms.get("host", host)
+
     def text(self, text: str) -> str:
         """``text`` with its e-mails, IP addresses and host names replaced (the host names it names learned first)."""
         p = self.pseudonyms
@@ -145,6 +159,7 @@ class Pseudonymizer:
         if "::" in text or text.count(":") >= 7:
             text = _IPV6_RE.sub(lambda m: _ip(p, m.group(0)), text)
         self.learn(text)
+        text = _URL_HOST_RE.sub(self._url_host, text)
         text = _FQDN_RE.sub(lambda m: m.group(0) if _public(m.group(0)) else p.get("host", m.group(0).rstrip(".")), text)
         if self._hosts_re is not None:
             text = self._hosts_re.sub(lambda m: p.get("host", m.group(0)), text)

@@ -34,10 +34,31 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
     from typing import Any
 
-_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{1,60}-----")
-_PEM_END = re.compile(r"-----END [A-Z0-9 ]{1,60}-----")
+_PEM_BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]{1,60})-----")
+_PEM_END = re.compile(r"-----END ([A-Z0-9 ]{1,60})-----")
 # One line of a block: base64 (RFC 7468 bodies, OpenSSH keys), an RFC 1421 header, or blank.
 _PEM_BODY = re.compile(r"[A-Za-z0-9+/=]*|(?:Proc-Type|DEK-Info|Comment|Version)\s*:.*")
+# A key line told apart from the other stream's lines once one came between (a merged log, run's stdout
+# and stderr): base64 with an upper- and a lower-case letter and a digit (or + /) or 16 characters,
+# or with padding, its length a multiple of 4 as every base64 line's is; or an encrypted key's
+# Proc-Type/DEK-Info header. "12345", "Done" and a word of a progress bar are not. (A last line
+# shorter than 16 characters with letters only is taken for a word: a fragment that short may pass.)
+_PEM_KEY_LINE = re.compile(
+    r"(?=.*[A-Z])(?=.*[a-z])(?:(?=.*[0-9+/])[A-Za-z0-9+/]{8,}|[A-Za-z0-9+/]{16,})={0,2}|[A-Za-z0-9+/]{2,}={1,2}|(?:Proc-Type|DEK-Info)\s*:.*"
+)
+# Lines of other sources a block may have between its own before it counts as cut (BEGIN and no END).
+PEM_GAP_LINES = 64
+# Blocks open at once (several pods of a merged log writing keys at the same time); the oldest goes first.
+_PEM_MAX_OPEN = 8
+
+
+class _OpenBlock:
+    """A PEM block whose END has not come: the text before its BEGIN, its label, and the other lines since its last."""
+
+    __slots__ = ("gap", "label", "prefix")
+
+    def __init__(self, prefix: str, label: str) -> None:
+        self.prefix, self.label, self.gap = prefix, label, 0
 
 _MEMO_MAX_LINES = 4096  # a bound on the memo: a log stream's lines are mostly distinct
 _MEMO_MAX_CHARS = 4096
@@ -55,7 +76,7 @@ class Redactor:
         self.pii = pii
         self.pseudonyms = pseudonyms if pseudonyms is not None else Pseudonyms()
         self._pseudonymizer = Pseudonymizer(self.pseudonyms)  # holds the learned host names
-        self._pem_prefix: str | None = None  # inside a block: the text before BEGIN on its line
+        self._pem_blocks: list[_OpenBlock] = []  # the blocks open, the newest last
         # Secret redaction is a pure function of the line, and a report repeats its evidence lines
         # (findings, incidents, derivations): each distinct line is redacted once.
         self._secrets_memo: dict[str, str] = {}
@@ -95,7 +116,7 @@ class Redactor:
         size = len(data)
         flagged = next(starts, None)
         while pos < size:
-            if self._pem_prefix is None and not every:  # outside a block: jump to the next flagged line
+            if not self._pem_blocks and not every:  # outside a block: jump to the next flagged line
                 while flagged is not None and flagged < pos:
                     flagged = next(starts, None)
                 if flagged is None:
@@ -126,8 +147,8 @@ class Redactor:
         return obj
 
     def end_of_stream(self) -> None:
-        """Forget an unfinished PEM block (call between files; a cut block then stops at the file's end)."""
-        self._pem_prefix = None
+        """Forget the unfinished PEM blocks (call between files; a cut block then stops at the file's end)."""
+        self._pem_blocks = []
 
     def learn(self, text: str) -> None:
         """Collect host names named in ``text`` (hostname=..., NCCL prefixes) without redacting it.
@@ -144,7 +165,7 @@ class Redactor:
     # -- internals --
 
     def _line(self, line: str) -> str:
-        if self._pem_prefix is not None:
+        if self._pem_blocks:
             out = self._pem_continuation(line)
             if out is not None:
                 return self._pseudonymizer.text(out) if self.pii else out
@@ -160,34 +181,103 @@ class Redactor:
             # A block that does not end on this line: drop the rest of it, expect key lines next.
             end = len(text.rstrip("\r\n"))
             text = text[: begin.start()] + REDACTED + text[end:]
-            self._pem_prefix = line[: line.find("-----BEGIN")] if "-----BEGIN" in line else ""
+            prefix = line[: line.find("-----BEGIN")] if "-----BEGIN" in line else ""
+            self._pem_blocks = [*self._pem_blocks[-_PEM_MAX_OPEN + 1 :], _OpenBlock(prefix, begin.group(1))]
         if self.pii:
             text = self._pseudonymizer.text(text)
         return text
 
     def _pem_continuation(self, line: str) -> str | None:
-        """The redacted line while inside a block; None when the line is not part of the block."""
+        """The redacted line when it is part of an open block; None when it is not.
+
+        A line that is not part of a block does not end it: in a merged log (several pods, or `run`'s
+        stdout and stderr) other sources write between its lines, and may have blocks of their own
+        open. After such a line a block takes only lines shaped like key material (``_PEM_KEY_LINE``),
+        up to its END, or until PEM_GAP_LINES other lines passed (a cut block must not swallow the
+        rest of the log).
+        """
         body = line.rstrip("\r\n")
         newline = line[len(body) :]
-        prefix = self._pem_prefix or ""
-        candidates = []
-        if prefix and len(body) >= len(prefix) and _shape(body[: len(prefix)]) == _shape(prefix):
-            candidates.append(len(prefix))
         msg = split_prefix(body).msg
-        if body.endswith(msg):
-            candidates.append(len(body) - len(msg))
-        candidates.append(0)
-        for start in candidates:
-            rest = body[start:].strip()
-            end = _PEM_END.search(rest)
-            if end is not None and _PEM_BODY.fullmatch(rest[: end.start()].strip()):
-                self._pem_prefix = None
-                tail = redact_secrets(rest[end.end() :])
-                return body[:start] + REDACTED + (" " + tail.strip() if tail.strip() else "") + newline
-            if _PEM_BODY.fullmatch(rest):
-                return body[:start] + REDACTED + newline if rest else line
-        self._pem_prefix = None
+        for block in reversed(self._pem_blocks):
+            for start in _starts(block.prefix, body, msg):
+                rest = body[start:].strip()
+                end = _PEM_END.search(rest)
+                if end is not None and _PEM_BODY.fullmatch(rest[: end.start()].strip()):
+                    self._close(body[:start], end.group(1))
+                    tail = redact_secrets(rest[end.end() :])
+                    return body[:start] + REDACTED + (" " + tail.strip() if tail.strip() else "") + newline
+                if block.gap == 0 and _PEM_BODY.fullmatch(rest):
+                    self._claimed(block)
+                    return body[:start] + REDACTED + newline if rest else line
+                if block.gap and (len(rest) % 4 == 0 or ":" in rest) and _PEM_KEY_LINE.fullmatch(rest):
+                    self._claimed(block)
+                    return body[:start] + REDACTED + newline
+        self._claimed(None)
         return None
+
+    def _claimed(self, owner: _OpenBlock | None) -> None:
+        """A line went to ``owner`` (None: to no block): for every other block it is a line between its own."""
+        for block in self._pem_blocks:
+            if block is not owner:
+                block.gap += 1
+        self._pem_blocks = [b for b in self._pem_blocks if b.gap <= PEM_GAP_LINES]
+
+    def _close(self, prefix: str, label: str) -> None:
+        """Close the block an END line ends: the one with its prefix and label, else its label, else its prefix, else the newest."""
+        blocks = self._pem_blocks
+        shape = _shape(prefix)
+        for fits in (lambda b: b.label == label and _shape(b.prefix) == shape, lambda b: b.label == label, lambda b: _shape(b.prefix) == shape, lambda b: True):
+            match = next((b for b in reversed(blocks) if fits(b)), None)
+            if match is not None:
+                blocks.remove(match)
+                return
+
+
+def _starts(prefix: str, body: str, msg: str) -> list[int]:
+    """Where a block's line may start in ``body``: after a prefix shaped like its BEGIN line's, after the prefixes the parsers know, at 0."""
+    starts = []
+    if prefix and len(body) >= len(prefix) and _shape(body[: len(prefix)]) == _shape(prefix):
+        starts.append(len(prefix))
+    if body.endswith(msg):
+        starts.append(len(body) - len(msg))
+    starts.append(0)
+    return starts
+
+
+# A line longer than `run` redacts at once (its READ_BYTES) is written in pieces. A cut is clean where the
+# text on either side, redacted apart, reads as it does redacted together: no match of any rule crosses
+# it, and no key on one side names a value on the other. This far on each side is checked, so a secret
+# up to this long is never cut in two (real ones are shorter: a one-line RSA-4096 PEM block is 3.3 KiB).
+LONG_LINE_WINDOW = 8 << 10
+# Bytes after which a cut leaves words whole: tried when the cut a window before the end is not clean.
+_WORD_END = re.compile(rb"[ \t\r,;&|]")
+_CUT_TRIES = 4
+
+
+def split_long_line(line: bytes, window: int = LONG_LINE_WINDOW) -> tuple[bytes, bytes]:
+    """An unfinished line (no newline yet, longer than two windows) as (the head to redact and write now, the rest to carry).
+
+    The cut is the first clean one of: a window before the end, then the last few word ends before
+    that. When none is clean (secrets all around), the word the cut falls in is replaced by REDACTED,
+    so no piece of a secret is written in clear on either side.
+    """
+    target = len(line) - window
+    low = max(0, target - window)
+    word_ends = [m.end() for m in _WORD_END.finditer(line, low, target)][-_CUT_TRIES:]
+    for cut in (target, *reversed(word_ends)):
+        if _clean_cut(line, cut, window):
+            return line[:cut], line[cut:]
+    start = word_ends[-1] if word_ends else low
+    after = _WORD_END.search(line, target, target + window)
+    end = after.start() if after is not None else target + window
+    return line[:start] + REDACTED.encode(), line[end:]
+
+
+def _clean_cut(line: bytes, cut: int, window: int) -> bool:
+    left = line[max(0, cut - window) : cut].decode("utf-8", "surrogateescape")
+    right = line[cut : cut + window].decode("utf-8", "surrogateescape")
+    return redact_secrets(left) + redact_secrets(right) == redact_secrets(left + right)
 
 
 def _shape(prefix: str) -> str:

@@ -99,6 +99,8 @@ def _prefilter_source() -> bytes:
         ("flag", rb"--(?:" + rb"|".join(re.escape(f).encode() for f in SECRET_FLAGS) + rb")(?:=|" + ws + rb")"),
         ("env", rb"(?:TOKEN|API_KEY|APIKEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|ACCESS_KEY|PRIVATE_KEY)[A-Z0-9_]*="),
         ("kv", rb"(?:^|[^A-Za-z0-9_#.\-\n])" + KEY_WORD.encode() + sep),
+        ("azure", rb"(?:" + rb"|".join(_ci(w) for w in ("accountkey=", "sharedaccesskey=", "sharedaccesssignature=")) + rb")"),
+        ("sas", rb"[?&]" + _ci("sig=")),
         ("hf", rb"hf_[A-Za-z0-9]{20}"),
         ("openai", rb"sk-[A-Za-z0-9_\-]{16}"),
         ("stripe", rb"[sr]k_(?:live|test)_[A-Za-z0-9]{16}"),

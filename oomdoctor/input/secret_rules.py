@@ -29,8 +29,19 @@ SECRET_FLAGS = (
 )
 # Parameter names that hold secrets: api_key, hf_token, access_token, password, ..., but not the
 # token *counts* (max_total_num_tokens) nor the tokenizer settings SGLang and vLLM print beside them.
-KEY_WORD = r"(?:[A-Za-z0-9]+_)*(?:api_?key|apikey|token|secret|password|passwd|credentials?|access_?key|private_?key|auth)(?:_[A-Za-z0-9]+)*"
-_VALUE = r"""(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\[[^\]]*\]|[^\s,)}\]]+)"""
+# Also camelCase and PascalCase names (accessToken, clientSecret, AccountKey; JSON and Java configs), npm's
+# _auth/_authToken (a leading underscore), and dotted paths (user.token, spring.datasource.password). Case
+# matters: written for bytes, the same text is the prefilter's (secret_prefilter), which must flag every match.
+_SNAKE_KEY = r"(?:[A-Za-z0-9]+_)*(?:api_?key|apikey|token|secret|password|passwd|credentials?|access_?key|private_?key|auth)(?:_[A-Za-z0-9]+)*"
+_CAMEL_WORD = r"(?:Token|Secret|Password|Passwd|Credentials?|Auth|(?:Api|Access|Private|Secret|Account|Auth|Subscription|Master|Signing)Key)"
+_CAMEL_KEY = (
+    r"(?:(?:[a-z][a-z0-9]*|[A-Z][a-z0-9]+)(?:[A-Z][a-z0-9]*)*" + _CAMEL_WORD + r"|(?:api|access|private|secret|account|auth)Key|"
+    + _CAMEL_WORD + r")(?:[A-Z][a-z0-9]*)*"
+)
+KEY_WORD = r"(?:[A-Za-z_][A-Za-z0-9_-]*\.)*_*(?:" + _SNAKE_KEY + "|" + _CAMEL_KEY + ")"
+# A value: quoted, a list, or a bare word up to a delimiter (';' and '&' too: connection strings and
+# query strings put the next key there, and no bare secret in them holds one).
+_VALUE = r"""(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\[[^\]]*\]|[^\s,;&)}\]]+)"""
 # HTTP-header style names (hyphens, any case): x-api-key, api-key, x-goog-api-key, x-auth-token,
 # x-amz-security-token, ocp-apim-subscription-key, client-secret, cookie, ...
 _HEADER_NAME = (
@@ -57,7 +68,11 @@ _RULES: tuple[tuple[str, LazyRegex, Any], ...] = (
         lazy(None, r"(?i)(?<![\w-])(['\"]?)(" + _HEADER_NAME + r""")\1(\s*[:=]\s*)(?:(['"])(?:(?!\4).)*\4|[^\s'",;}]+)"""),
         None,
     ),
-    ("url_userinfo", lazy("://", r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s:@'\"]+(?::[^/\s@'\"]*)?@"), rf"\1{REDACTED}@"),
+    # user:password@ and, with an empty user name (redis://:password@host), :password@.
+    ("url_userinfo", lazy("://", r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^/\s:@'\"]+(?::[^/\s@'\"]*)?|:[^/\s@'\"]+)@"), rf"\1{REDACTED}@"),
+    # Azure storage and service-bus connection strings (AccountKey=...;) and SAS tokens (?...&sig=...).
+    ("azure", lazy(None, r"(?i)(?<![\w-])((?:account|sharedaccess)key|sharedaccesssignature)=[^;\s'\"]+"), rf"\1={REDACTED}"),
+    ("sas", lazy(None, r"(?i)([?&]sig=)[^&\s'\"#]+"), rf"\1{REDACTED}"),
     (
         "flag",
         lazy("--", r"(--(?:" + "|".join(re.escape(f) for f in SECRET_FLAGS) + r"))(=|\s+)(?!-)(\S+)"),
@@ -86,16 +101,40 @@ _RULES: tuple[tuple[str, LazyRegex, Any], ...] = (
 # below also gate themselves on their own words before running.)
 _NEEDLES = (
     "-----begin", "authorization", "bearer", "basic", "key", "token", "secret", "passw", "cookie", "signature",
-    "credential", "auth", "://", "--", "hf_", "sk-", "_live_", "_test_", "akia", "asia", "aiza",
+    "credential", "auth", "://", "--", "sig=", "hf_", "sk-", "_live_", "_test_", "akia", "asia", "aiza",
     "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox", "eyj",
 )
 
 
 
+# The words that name a secret, as _key_words splits a key (api_key -> api, key; clientSecret -> client, secret).
+_SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "credential", "credentials", "auth", "key", "apikey"})
+# A key that ends in one of these after its secret word names something *about* the secret (its count,
+# ids, length, name, path, type, lifetime): token counts and token ids are evidence, never redacted.
+METADATA_WORDS = frozenset(
+    {"id", "ids", "count", "counts", "num", "len", "length", "size", "budget", "limit", "usage", "type", "name", "path", "file", "dir",
+     "env", "url", "expiry", "expires", "expiration", "ttl", "version"}
+)
+
+
+def _key_words(key: str) -> list[str]:
+    """The words of a key's last dotted part, lower-cased: snake_case, kebab-case, camelCase and PascalCase."""
+    last = key.rsplit(".", 1)[-1]
+    return [w.lower() for w in re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])").findall(last)]
+
+
+def _names_metadata(key: str) -> bool:
+    words = _key_words(key)
+    secret_at = max((i for i, w in enumerate(words) if w in _SECRET_WORDS), default=-1)
+    return 0 <= secret_at < len(words) - 1 and words[-1] in METADATA_WORDS
+
+
 def _kv_replacement(m: re.Match[str]) -> str:
     quote, key, sep, value = m.group(1), m.group(2), m.group(3), m.group(4)
-    lowered = key.lower()
+    lowered = key.rsplit(".", 1)[-1].lower()
     if lowered.endswith(("tokens", "tokenizer")) or "tokenizer" in lowered or value in ("None", "null", "''", '""', "[]", "False", "True"):
+        return m.group(0)
+    if value.startswith(REDACTED) or _names_metadata(key):  # an earlier rule's work (AccountKey=), or a count or id
         return m.group(0)
     if value.startswith("["):
         items = [v for v in re.compile(r",\s*").split(value[1:-1]) if v.strip()]
@@ -122,6 +161,8 @@ _LOWER_NEEDLES: dict[str, tuple[str, ...]] = {
     "header": ("key", "token", "secret", "passw", "cookie", "signature", "credential"),
     "kv": ("key", "token", "secret", "passw", "credential", "auth"),
     "env": ("token", "key", "secret", "passw", "credential"),
+    "azure": ("key", "signature"),
+    "sas": ("sig=",),
     "aws": ("akia", "asia"),
     "github": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
 }

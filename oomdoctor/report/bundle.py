@@ -12,7 +12,9 @@ from collections.abc import Iterator
 
 from oomdoctor.base.errors import InputError
 from oomdoctor.input.files import InputStats, iter_line_chunks
+from oomdoctor.input.redact import active as active_redactor
 from oomdoctor.input.redact import redact_text
+from oomdoctor.report.console import safe_output
 
 MAX_INPUT_BYTES = 64 << 20
 
@@ -24,6 +26,8 @@ def plain_name(path: str) -> str:
 
 def copy_chunks(path: str, redact: bool) -> Iterator[bytes]:
     """A log decompressed and (unless ``redact`` is False) redacted line by line, as UTF-8 blocks."""
+    # A block left open by the report's lines or by the previous file ends here: each file is its own stream.
+    active_redactor().end_of_stream()
     for chunk in iter_line_chunks(path, InputStats(path=path)):
         text = chunk.decode("utf-8", "replace")
         if redact:
@@ -75,9 +79,11 @@ def _write_zip(out_path: str, html: str, markdown: str, json_text: str, input_pa
     used: set[str] = set()
     with zipfile.ZipFile(out_path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         # A file name that is not UTF-8 reaches the reports as a surrogate escape: written as \udcff, not a crash.
-        zf.writestr("report.html", _utf8(html))
-        zf.writestr("summary.md", _utf8(markdown))
-        zf.writestr("diagnosis.json", _utf8(json_text))
+        # The reports hold log text: escaped as on the terminal (safe_output), so `cat summary.md` cannot
+        # set a terminal's title or clipboard (OSC 52). The input copies stay the logs as they were.
+        zf.writestr("report.html", _utf8(safe_output("html", html)))
+        zf.writestr("summary.md", _utf8(safe_output("markdown", markdown)))
+        zf.writestr("diagnosis.json", _utf8(safe_output("json", json_text)))
         for path in input_paths:
             if path in ("-", "<stdin>"):
                 notes.append("stdin was not kept; save it to a file to bundle it")

@@ -44,12 +44,20 @@ def echo(text: str, err: bool = False, nl: bool = True) -> None:
     stream.flush()
 
 
+def message_line(kind: str, message: str) -> str:
+    """``oomdoctor: KIND: MESSAGE`` as it may reach the terminal: secrets redacted (a message may quote an
+    input's line, with or without --no-redact), control characters escaped."""
+    from oomdoctor.input.secret_rules import redact_secrets  # only when there is something to say
+
+    return escape_controls(redact_secrets(f"oomdoctor: {kind}: {message}"))
+
+
 def warn(message: str) -> None:
-    echo(escape_controls(f"oomdoctor: warning: {message}"), err=True)
+    echo(message_line("warning", message), err=True)
 
 
 def fail(message: str, code: ExitCode) -> NoReturn:
-    echo(escape_controls(f"oomdoctor: error: {message}"), err=True)
+    echo(message_line("error", message), err=True)
     sys.exit(int(code))
 
 

@@ -29,6 +29,9 @@ _CONFIG_FACTS = (
     ("block_size", "block_size"),
 )
 
+# The facts of _CONFIG_FACTS that are numbers (the others are a model name, a dtype, a flag).
+_NUMBER_FACTS = frozenset({"gpu_memory_utilization", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "tp_size", "pp_size", "max_capture_size", "block_size"})
+
 # (event kind, value key, fact): the last line of the kind that has the value gives it.
 _PROFILE_FACTS = (
     (vl.KIND_FREE_LESS, "total_bytes", "capacity_bytes"),
@@ -104,7 +107,10 @@ def _config_facts(f: Facts, events: list[Event]) -> None:
             if e.kind != kind:
                 continue
             for key, fact in _CONFIG_FACTS:
-                f.offer(fact, e.get(key), e.ref, source=kind)
+                value = e.get(key)
+                if fact in _NUMBER_FACTS and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                    continue  # a word where the args print a number ('gpu_memory_utilization': abc): no fact, not u*total of a string
+                f.offer(fact, value, e.ref, source=kind)
             if e.get("version"):
                 f.set("vllm_version", e.get("version"))
             if kind == vl.KIND_ENGINE_CONFIG:
