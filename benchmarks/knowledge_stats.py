@@ -4,18 +4,29 @@
 
 For each engine: the releases it was built from, the memory messages (by level, by phase and by the
 class they imply), the phase map's modules and the functions it lists with their own phase (by phase
-and by how it was found), then messages and covered functions for each selected release. The share of these messages the recognizer handles
-is the next step's figure; until the data is wired in it prints "recognizer: not wired yet".
+and by how it was found), then messages and covered functions for each selected release, and what the
+recognizer handles: the failure messages of recognizer.json (raised or logged as errors, with a class),
+how many of them report a memory failure (OOM evidence), and how many of them the parser recognises
+when rendered with sample values (each is tried through parsers/engine_messages.recognise).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import sys
 from collections import Counter
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parent.parent / "oomdoctor" / "data" / "knowledge"
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "oomdoctor" / "data" / "knowledge"
+sys.path.insert(0, str(REPO))
+
+from oomdoctor.evidence.parsers.engine_messages import recognise  # noqa: E402
+
+_PH = re.compile(r"\{[a-z_][a-z0-9_]*:(int|float|str)\}")
+_SAMPLE = {"int": "4096", "float": "12.50", "str": "worker-3"}
 
 
 def expand(runs: list[str], order: list[str]) -> set[str]:
@@ -41,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     sources = json.loads((args.data / "sources.json").read_text(encoding="utf-8"))
     messages = json.loads((args.data / "messages.json").read_text(encoding="utf-8"))
     phases = json.loads((args.data / "phases.json").read_text(encoding="utf-8"))
+    table = json.loads((args.data / "recognizer.json").read_text(encoding="utf-8"))
 
     for engine, info in sorted(sources["engines"].items()):
         order = [r["version"] for r in info["releases"]]
@@ -63,7 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         print("  per release: memory messages / functions in the phase map")
         for rel in info["releases"]:
             print(f"    {rel['version']:>14}  {per_msg[rel['version']]:6d} / {rel['phase_map_functions']:6d}")
-        print("  recognizer: not wired yet")
+        failures = [e for e in table if e["engine"] == engine]
+        handled = [e for e in failures if (found := recognise(_PH.sub(lambda m: _SAMPLE[m.group(1)], e["template"]))) and found[0].klass == e["class"]]
+        print(
+            f"  recognizer: {len(failures)} failure messages, {sum(e['memory_failure'] for e in failures)} of them memory failures; "
+            f"recognised with their class: {len(handled)}/{len(failures)}"
+        )
     for note in sources.get("notes", []):
         print(f"note: {note}")
     return 0
