@@ -192,6 +192,14 @@ _ENGINE_PHASES: dict[str, str] = {
     "req_slots_fail": "serving",
     "omni_encoder_fail": "encoder",
 }
+# The knowledge catalogue's phases (tools/knowledge/classify.py) that are not names of this table's phases.
+_KNOWLEDGE_PHASES = {"prefill_decode": "serving", "scheduler": "serving"}
+
+
+def knowledge_phase(name: str | None) -> str:
+    """The phase of this table a catalogue phase is: its own name where the table has it, else its match."""
+    name = _KNOWLEDGE_PHASES.get(name or "", name or "unknown")
+    return name if name in tables().phases else "unknown"
 
 
 # Engine messages among the driver-level OOMs that say what the engine was doing (TGI/LoRAX warmup:
@@ -212,6 +220,9 @@ def infer(events: list[Event], failure_index: int, oom: Event | None, records: l
             return Phase("graph_capture", "engine", e.ref, "the engine reported a CUDA graph capture failure")
         if e.kind == "kv_alloc_fail":
             return Phase("prefill" if e.get("which") == "prefill" else "decode", "engine", e.ref, "SGLang's KV allocator failed")
+        if e.kind == "engine_message" and e.get("memory_failure") and knowledge_phase(e.get("phase")) != "unknown":
+            # The engine's own failure message: the phase its function belongs to in the engine's code.
+            return Phase(knowledge_phase(e.get("phase")), "engine", e.ref, f"the engine's own failure message, raised in {e.get('site')}")
         name = _ENGINE_PHASES.get(e.kind) or (_ENGINE_DRIVER_SOURCES.get(e.get("source", "")) if e.kind == "driver_oom" else None)
         if name is not None:
             return Phase(name, "engine", e.ref, "an engine-authored memory error")
