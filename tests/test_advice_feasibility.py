@@ -281,7 +281,7 @@ def test_plan_calls_a_default_within_the_context_estimates_uncertainty_at_the_ed
     assert plan.default_position(0.835, 0.85, 0.874) == "outside"
     assert plan.default_position(0.835, 0.797, 0.874) == "inside"
     model = plan.load_model(str(FIXTURES / "plan" / "qwen3-omni-30b-a3b"))
-    capacity = 85520809984  # H100-80GB as the GPU table gives it
+    capacity = 85520809984  # H100-80GB as nvidia-smi gives it (the test needs a fixed card, not the table's)
     ctx = 32768
     while True:
         p = plan.plan(model, capacity, "H100-80GB", context_len=ctx)
