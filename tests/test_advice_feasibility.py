@@ -222,7 +222,9 @@ def test_the_paste_box_holds_one_consistent_set_and_the_rest_are_ors_with_a_cost
     assert "--quantization" not in box.group(1) and "--kv-cache-dtype" not in box.group(1)
     assert "<code>--quantization fp8 --mem-fraction-static 0.87</code> <span class=\"muted\">cost: quality: FP8 weights</span>" in html
     text = run_cli("diagnose", path).out
-    assert " change the launch flags (one consistent set):\n    --tp-size 2\n    --mem-fraction-static 0.87\n or, instead of that:\n    --quantization fp8" in text
+    # The set, the margin it leaves (issue 26: every primary set states it), then the ors.
+    assert " change the launch flags (one consistent set):\n    --tp-size 2\n    --mem-fraction-static 0.87\n    margin: 143.36 MiB inside the window" in text
+    assert "whichever is smaller)\n or, instead of that:\n    --quantization fp8" in text
     md = run_cli("diagnose", path, "--format", "markdown").out
     assert "```bash\n--tp-size 2\n--mem-fraction-static 0.87\n```" in md and "Or, instead of that:" in md
 

@@ -37,6 +37,8 @@ def _report(d: Diagnosis, data: dict[str, Any]) -> dict[str, Any]:
     recs = data["findings"][0]["recommendations"] if data["findings"] else []
     report: dict[str, Any] = {
         "flags": _flag_block(recs),
+        "flags_margin": _flag_margin(recs),
+        "no_primary": _no_primary(recs),
         "flags_are_commands": any(r["role"] == "primary" and r["direction"] == "run" for r in recs),
         "alternatives": _alternatives(recs, "alternative"),
         "not_workable": _alternatives(recs, "not_workable"),
@@ -88,6 +90,25 @@ def _flag_block(recs: list[dict[str, Any]]) -> str:
     """The verdict's ONE consistent set of changes (its primary recommendation and companions), one per line."""
     primary = next((r for r in recs if r.get("role") == "primary"), None)
     return "\n".join(_set_lines(primary)) if primary else ""
+
+
+def _flag_margin(recs: list[dict[str, Any]]) -> str:
+    """The margin the verdict's set leaves, in words (every primary flag set states it; a command has none)."""
+    from oomdoctor.report.render.text import margin_text
+
+    primary = next((r for r in recs if r.get("role") == "primary"), None)
+    if primary is None or primary["direction"] == "run":
+        return ""
+    return margin_text(primary.get("margin")) or "not measured: the advice carries no margin"
+
+
+def _no_primary(recs: list[dict[str, Any]]) -> str:
+    """Why there is no set to paste, when the advice has changes but none the budget lets through."""
+    if not recs or any(r.get("role") == "primary" for r in recs):
+        return ""
+    if any(r.get("margin") and r["margin"].get("bytes") is not None and r["margin"]["bytes"] <= 0 for r in recs):
+        return "No set with a value leaves room for the failed allocation by the log's own numbers, so none is given to paste; each change below says what it would take."
+    return ""
 
 
 def _alternatives(recs: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from markupsafe import Markup
 
 from oomdoctor.base.units import GIB
 from oomdoctor.report.render import svg
-from oomdoctor.report.render.text import recommendation_head, step_value
+from oomdoctor.report.render.text import margin_text, recommendation_head, step_value
 
 if TYPE_CHECKING:
     from typing import Any
@@ -54,6 +54,7 @@ def render(view: dict, docs: dict[str, dict[str, str]] | None = None, redacted: 
         docs=docs or {},
         gib=GIB,
         rec_head=recommendation_head,
+        margin_text=margin_text,
         show=step_value,
         redacted=redacted,
     )

@@ -28,6 +28,10 @@ def _head(view: dict) -> list[str]:
     if report.get("flags"):
         title = "### Run first" if report.get("flags_are_commands") else "### Change (one consistent set)"
         out += [title, "", _fence(report["flags"], "bash"), ""]
+        if report.get("flags_margin"):
+            out += [f"Margin this set leaves: {escape_markdown_prose(report['flags_margin'])}.", ""]
+    if report.get("no_primary"):
+        out += [escape_markdown_prose(report["no_primary"]), ""]
     if report.get("alternatives"):
         out += ["Or, instead of that:", ""] + [f"- {_code(a['paste'], in_table=False)}" + (f" (cost: {escape_markdown_prose(a['cost'])})" if a["cost"] else "") for a in report["alternatives"]] + [""]
     if report.get("not_workable"):
