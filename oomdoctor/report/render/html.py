@@ -41,6 +41,7 @@ def render(view: dict, docs: dict[str, dict[str, str]] | None = None, redacted: 
         "budget": svg.budget_bars(report.get("gpus") or [], layout=bars),
         "recommended": svg.budget_bars([report["recommended_gpu"]], "budget-chart-recommended", layout=bars) if report.get("recommended_gpu") else "",
         "timeline": svg.timeline(report.get("timeline") or {}),
+        "lanes": svg.node_lanes(report.get("node_lanes")),
         "samples": svg.samples_chart(report.get("samples") or {}),
     }
     template = _env().get_template("report.html.j2")
