@@ -97,7 +97,8 @@ class Margin(NamedTuple):
 
 
 GAP_MEASURES = "free memory after the changes minus the allocation that failed, as the changes leave it"
-WINDOW_MEASURES = "how far the fraction sits inside its window: the KV beyond one max-length request, and the activation room beyond the engine's reserve"
+WINDOW_MEASURES = "the KV beyond one max-length request, or the activation room beyond SGLang's reserve, whichever is smaller"
+VLLM_WINDOW_MEASURES = "the KV beyond one max-length request"
 
 
 def _fraction_freed(gap: Gap, flag: str, value: Any) -> tuple[int, Step] | None:
@@ -214,7 +215,7 @@ def window_margin(b: budget.FractionBudget, fraction: float) -> Margin:
         kv = budget.vllm_kv_budget_bytes(b.base_bytes, fraction, b.non_kv_bytes)
         extra = kv - b.kv_floor_bytes
         step = Step("KV beyond one max-length request", f"{fraction:g} * {_g(b.base_bytes)} - non-KV {_g(b.non_kv_bytes)} - {_g(b.kv_floor_bytes)}", extra, "bytes")
-        return Margin(extra, WINDOW_MEASURES, (step,))
+        return Margin(extra, VLLM_WINDOW_MEASURES, (step,))
     weights = b.weights_bytes or 0
     kv_extra = round(fraction * b.base_bytes) - weights - b.kv_floor_bytes
     room = budget.sglang_dynamic_region_bytes(b.base_bytes, fraction) - b.reserve_bytes

@@ -64,7 +64,7 @@ def margin_text(m: dict | None) -> str:
         return f"not measured: {m.get('unknown') or 'no figures to measure it against'}"
     if m.get("free_bytes") is not None and m.get("allocation_bytes") is not None:
         return f"{format_bytes(m['bytes'])}: {format_bytes(m['free_bytes'])} free after the changes against the failed allocation's {format_bytes(m['allocation_bytes'])} (as the changes leave it)"
-    return f"{format_bytes(m['bytes'])} inside the window (the KV beyond one max-length request, or the activation room beyond the engine's reserve, whichever is smaller)"
+    return f"{format_bytes(m['bytes'])} inside the window ({m.get('measures') or 'how far the fraction sits inside it'})"
 
 
 _ROLE_TAGS = {"primary": "", "alternative": " [or]", "not_workable": " [not workable]"}
