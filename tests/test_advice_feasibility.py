@@ -222,7 +222,9 @@ def test_the_paste_box_holds_one_consistent_set_and_the_rest_are_ors_with_a_cost
     assert "--quantization" not in box.group(1) and "--kv-cache-dtype" not in box.group(1)
     assert "<code>--quantization fp8 --mem-fraction-static 0.87</code> <span class=\"muted\">cost: quality: FP8 weights</span>" in html
     text = run_cli("diagnose", path).out
-    assert " change the launch flags (one consistent set):\n    --tp-size 2\n    --mem-fraction-static 0.87\n or, instead of that:\n    --quantization fp8" in text
+    # The set, the margin it leaves (issue 26: every primary set states it), then the ors.
+    assert " change the launch flags (one consistent set):\n    --tp-size 2\n    --mem-fraction-static 0.87\n    margin: 143.36 MiB inside the window" in text
+    assert "whichever is smaller)\n or, instead of that:\n    --quantization fp8" in text
     md = run_cli("diagnose", path, "--format", "markdown").out
     assert "```bash\n--tp-size 2\n--mem-fraction-static 0.87\n```" in md and "Or, instead of that:" in md
 
@@ -281,7 +283,7 @@ def test_plan_calls_a_default_within_the_context_estimates_uncertainty_at_the_ed
     assert plan.default_position(0.835, 0.85, 0.874) == "outside"
     assert plan.default_position(0.835, 0.797, 0.874) == "inside"
     model = plan.load_model(str(FIXTURES / "plan" / "qwen3-omni-30b-a3b"))
-    capacity = 85520809984  # H100-80GB as the GPU table gives it
+    capacity = 85520809984  # H100-80GB as nvidia-smi gives it (the test needs a fixed card, not the table's)
     ctx = 32768
     while True:
         p = plan.plan(model, capacity, "H100-80GB", context_len=ctx)

@@ -55,3 +55,14 @@ def test_a_finer_step_is_a_raise_when_the_round_one_is_not(run_cli, tmp_path: Pa
     assert any("above 0.86" in step["formula"] for step in rec["derivation"])
     top = _raise(run_cli, tmp_path, ARGS.format(y=0.8726) + LOAD + SWA)
     assert top["value"] is None and "no raise is left" in top["why"]
+
+
+def test_a_positive_kv_budget_is_not_called_smaller_than_the_weights(run_cli, tmp_path: Path) -> None:
+    """At y=0.78, y*pre = 61.23 GiB is above the 58.40 GiB of weights: the budget is 2.83 GiB, positive but too small."""
+    rec = _raise(run_cli, tmp_path, ARGS.format(y=0.78) + LOAD + SWA)
+    assert rec["current"] == 0.78 and rec["value"] > 0.78
+    assert "than the weights" not in rec["why"]
+    assert "At y=0.78 the KV budget y*pre - W is 2.83 GiB, positive but too small" in rec["why"]
+    # Below zero the static share really is smaller than the weights, and the words say so.
+    none_left = _raise(run_cli, tmp_path, ARGS.format(y=0.7) + LOAD + NOT_ENOUGH)
+    assert "At y=0.7 the static share y*pre is smaller than the weights, so the KV budget is -3.45 GiB" in none_left["why"]

@@ -229,8 +229,19 @@ _PROBE = r"""<script>
       var sw = e.querySelector(".swatch");
       return {text: own(e.querySelector("text") || e), swatch: sw ? getComputedStyle(sw).fill : null};
     });
-    out.charts.push({id: svg.id, box: box(svg.getBoundingClientRect()), texts: texts, legend: entries,
-      series: svg.querySelectorAll("polyline").length,
+    var segs = Array.from(svg.querySelectorAll("rect.seg")).map(function (r) {
+      var t = r.querySelector("title");
+      return {cls: r.getAttribute("class"), title: t ? t.textContent : "", box: box(r.getBoundingClientRect())};
+    });
+    var points = Array.from(svg.querySelectorAll("circle, path.mark")).map(function (m) {
+      var t = m.querySelector("title");
+      return {cls: m.getAttribute("class") || "", title: t ? t.textContent : "", box: box(m.getBoundingClientRect())};
+    });
+    var groups = Array.from(svg.querySelectorAll("g.series")).map(function (g) {
+      return {name: g.getAttribute("data-series"), lines: g.querySelectorAll("polyline").length, points: g.querySelectorAll("circle").length};
+    });
+    out.charts.push({id: svg.id, box: box(svg.getBoundingClientRect()), texts: texts, legend: entries, segs: segs, points: points, groups: groups,
+      series: svg.querySelectorAll("g.series").length || svg.querySelectorAll("polyline").length,
       marks: Array.from(svg.querySelectorAll("line.limit, rect.request, rect.free-at-failure, rect.seg")).map(function (m) { return m.getAttribute("class"); })});
   });
   document.querySelectorAll(".legend").forEach(function (legend) {
@@ -327,6 +338,11 @@ CHART_PAGES = {
     "sglang_two_ranks_over": "sglang-startup-kv/pos_g3_2026_tp2.log",
     "sglang_weights_h200": "sglang-weights-dont-fit/pos_h200_g3_2026.log",
     "runtime_tp2": "runtime-activation-oom/pos_decode_oom_2025_tp2.log",
+    # Issue 26's four charts: vLLM at a runtime OOM (with and without a profile), SGLang on two nodes, DCGM.
+    "vllm_runtime_profile": "vllm-runtime-activation/pos_v0_serving_with_profile.log",
+    "vllm_runtime_no_profile": "vllm-runtime-activation/pos_v1_execute_model.log",
+    "sglang_two_nodes": "multi-node/pos_sglang_tp16_two_nodes",
+    "dcgm_query_range": "multi-node/pos_query_range_foreign_pod",
 }
 
 

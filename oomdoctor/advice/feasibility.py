@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from oomdoctor.advice.recommendation import ALTERNATIVE, COMPANION, NOT_WORKABLE, PRIMARY, Recommendation, format_value, tensor_parallel_flag
-from oomdoctor.base.units import floor_to
-from oomdoctor.memory import budget
+from oomdoctor.base.units import floor_to, format_bytes
+from oomdoctor.memory import budget, margins
 from oomdoctor.memory.derivation import Step
 
 if TYPE_CHECKING:
@@ -179,12 +179,117 @@ def _no_single_value(r: Recommendation, b: budget.FractionBudget) -> Recommendat
     return r._replace(why=why, feasible=False, derivation=(*r.derivation, *check.steps))
 
 
+# The facts of the batch limits a runtime allocation grows with, by flag (memory.margins.SCALING_FLAGS).
+_LIMIT_FACTS = {
+    "--chunked-prefill-size": "chunked_prefill_size",
+    "--max-num-batched-tokens": "max_num_batched_tokens",
+    "--max-running-requests": "max_running_requests",
+    "--max-num-seqs": "max_num_seqs",
+}
+# Stages of an OOM that come before the server serves: a failed allocation there is no runtime gap
+# (the weights or the KV pool did not fit; the window is the check).
+_STARTUP_STAGES = ("weight_loading", "weight_creation", "kv_pool", "startup")
+
+
+def runtime_gap(f: Facts) -> margins.Gap | None:
+    """The failed allocation and the memory free beside it, with what the flags stood at (None: no runtime OOM figures)."""
+    requested, free = f.get("requested_bytes"), f.get("free_bytes")
+    if requested is None or free is None or f.get("oom_stage") in _STARTUP_STAGES:
+        return None
+    system = f.get("system")
+    base = f.get("pre_bytes") if system == "sglang" else f.get("capacity_bytes") if system == "vllm" else None
+    fraction = f.get("mem_fraction_static") if system == "sglang" else f.get("gpu_memory_utilization") if system == "vllm" else None
+    limits = {flag: int(f.get(fact)) for flag, fact in _LIMIT_FACTS.items() if isinstance(f.get(fact), int) and f.get(fact) > 0}
+    return margins.Gap(
+        requested,
+        free,
+        fraction_flag=budget.FRACTION_FLAGS.get(system or ""),
+        fraction=fraction,
+        fraction_base_bytes=base,
+        phase=f.get("oom_phase"),
+        stage=f.get("oom_stage"),
+        limits=limits,
+        reserved_unallocated_bytes=f.get("reserved_unallocated_bytes"),
+        encoder_reserve=f.get("encoder_mem_reserve", 0.05) if f.get("omni") else None,
+        encoder_base_bytes=f.get("capacity_bytes"),
+        # vLLM prints its KV budget and pool size only once profiling is over; SGLang its pool once built.
+        kv_pool_built=any(f.get(k) is not None for k in ("kv_capacity_tokens", "kv_pool_tokens")) or (system == "vllm" and f.get("kv_budget_bytes") is not None),
+    )
+
+
+def _close_gap(r: Recommendation, gap: margins.Gap, b: budget.FractionBudget | None) -> Recommendation:
+    """A set that leaves the runtime gap open, with the fraction that closes it as its companion, when the window allows."""
+    if b is None or _moves_fraction(r, b) or gap.fraction_flag != b.flag or b.fraction is None:
+        return r
+    closing = margins.closing_fraction(gap, changes_of(r))
+    in_set = next((c.value for c in r.companions if c.flag == b.flag and isinstance(c.value, float)), b.fraction)
+    if closing is None or closing.value <= 0 or closing.value >= in_set:
+        return r
+    kept = tuple(c for c in r.companions if c.flag != b.flag)
+    companion = Recommendation(
+        b.flag,
+        closing.value,
+        "lower",
+        f"With {r.flag} {format_value(r.value)} the failed allocation still does not fit; {b.flag} {closing.value:g} frees enough for it and one more of its size.",
+        current=b.fraction,
+        derivation=closing.steps,
+        role=COMPANION,
+        cost=cost_of(b.flag, "lower"),
+        feasible=True,
+    )
+    check = budget.check_set(b, changes_of(r._replace(companions=(*kept, companion))))
+    if check.feasible is False:
+        return r
+    # The window check of the fraction this companion replaces no longer describes the set.
+    stale = (f"{b.flag} in this set", "inside its window with these changes")
+    own = tuple(s for s in r.derivation if not (s.step == stale[0] or s.step.endswith(stale[1])))
+    return r._replace(companions=(*kept, companion), feasible=check.feasible, derivation=(*own, *check.steps))
+
+
+def _margin_of(r: Recommendation, gap: margins.Gap | None, b: budget.FractionBudget | None) -> margins.Margin | None:
+    """What a set leaves: the runtime gap's margin where the OOM gives one, else how far inside its window the fraction sits."""
+    if r.direction == "run" or r.value is None:
+        return None
+    if gap is not None:
+        return margins.gap_margin(gap, changes_of(r))
+    if b is not None:
+        check = budget.check_set(b, changes_of(r))
+        if check.fraction is not None and check.budget is not None and check.feasible is not None:
+            return margins.window_margin(check.budget, check.fraction)
+    return margins.Margin(None, "", unknown="the log gives neither a runtime OOM's figures nor the budget's window to measure it against")
+
+
+def _margin_words(m: margins.Margin) -> str:
+    """Why a set that leaves no margin is not the one to paste, in the numbers that show it."""
+    if m.free_bytes is not None and m.allocation_bytes is not None:
+        return (
+            f"By the same arithmetic this set leaves {format_bytes(m.free_bytes)} free against the failed allocation's "
+            f"{format_bytes(m.allocation_bytes)} (as the set leaves it): a margin of {format_bytes(m.bytes)}, so it does not close the gap."
+        )
+    return f"By the same arithmetic this set leaves the fraction {format_bytes(m.bytes)} inside its window: no room to spare."
+
+
+def _measured(r: Recommendation, gap: margins.Gap | None, b: budget.FractionBudget | None) -> Recommendation:
+    """The set with its margin; one that leaves the runtime gap open first gets the fraction that closes it, if any."""
+    m = _margin_of(r, gap, b)
+    if gap is not None and m is not None and m.leaves_some is False:
+        closed = _close_gap(r, gap, b)
+        if closed is not r:
+            r, m = closed, margins.gap_margin(gap, changes_of(closed))
+    if m is not None and m.leaves_some is False and (gap is not None or r.feasible is not False):
+        # (A set outside its window already says so; its negative margin is in the JSON.)
+        return r._replace(margin=m, why=f"{r.why} {_margin_words(m)}")
+    return r._replace(margin=m)
+
+
 def settle(recs: list[Recommendation], f: Facts) -> list[Recommendation]:
     """Every recommendation re-evaluated by the budget that produced the window, then given its role.
 
     The primary is the first workable recommendation with a value (with the companions that make it a
-    consistent set); a set the budget rejects is never primary. When a fraction change cannot work on its
-    own, the structural alternatives (TP, FP8 weights, FP8 KV, a shorter context) are added, checked with it.
+    consistent set); a set the budget rejects is never primary, nor one that by the same arithmetic leaves
+    no margin (memory.margins: on a runtime OOM, the failed allocation against what the set frees). When
+    a fraction change cannot work on its own, the structural alternatives (TP, FP8 weights, FP8 KV, a
+    shorter context) are added, checked with it.
     """
     b = fraction_budget(f)
     if b is None:
@@ -204,11 +309,18 @@ def settle(recs: list[Recommendation], f: Facts) -> list[Recommendation]:
             out.append(checked)
         if blocked is not None:
             out.extend(_structural(blocked, b, f, {r.flag for r in out}))
-    # The first workable change with a value (a command to run is its own value); one that costs nothing
-    # (an allocator setting, a value inside the window, a command) before one that gives something up.
-    workable = [i for i, r in enumerate(out) if (r.value is not None or r.direction == "run") and r.feasible is not False]
+    gap = runtime_gap(f)
+    out = [_measured(r, gap, b) for r in out]
+    # The first workable change with a value (a command to run is its own value) that leaves a margin (or
+    # one the model cannot measure); one that costs nothing (an allocator setting, a value inside the
+    # window, a command) before one that gives something up.
+    workable = [i for i, r in enumerate(out) if (r.value is not None or r.direction == "run") and r.feasible is not False and not _leaves_none(r)]
     primary = next((i for i in workable if out[i].cost.startswith("none")), workable[0] if workable else None)
     return [
-        r._replace(role=PRIMARY if i == primary else NOT_WORKABLE if r.feasible is False else ALTERNATIVE)
+        r._replace(role=PRIMARY if i == primary else NOT_WORKABLE if r.feasible is False or _leaves_none(r) else ALTERNATIVE)
         for i, r in enumerate(out)
     ]
+
+
+def _leaves_none(r: Recommendation) -> bool:
+    return r.margin is not None and r.margin.leaves_some is False

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from oomdoctor.inference.facts import Facts
+    from oomdoctor.memory.margins import Margin
 
 
 # A recommendation's role among its finding's: the one set to paste, an alternative to it, or a change
@@ -24,7 +25,9 @@ class Recommendation(NamedTuple):
 
     ``companions`` are the changes it needs to form one consistent set (TP 2 *with* the fraction the
     new window allows); ``feasible`` is the budget's verdict on that set (None where the budget does not
-    decide it); ``cost`` is what the change gives up. ``direction`` "run" is a command, not a flag.
+    decide it); ``cost`` is what the change gives up; ``margin`` what the set leaves by the arithmetic
+    that produced it (memory.margins; None where it was not measured). ``direction`` "run" is a command,
+    not a flag.
     """
 
     flag: str
@@ -37,6 +40,7 @@ class Recommendation(NamedTuple):
     cost: str = ""
     feasible: bool | None = None
     companions: tuple[Recommendation, ...] = ()
+    margin: Margin | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,6 +55,7 @@ class Recommendation(NamedTuple):
             "feasible": self.feasible,
             "with": [c.to_json() for c in self.companions],
             "paste": self.paste,
+            "margin": self.margin.to_json() if self.margin is not None else None,
         }
 
     @property

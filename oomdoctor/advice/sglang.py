@@ -99,16 +99,30 @@ def raise_mem_fraction_static(f: Facts) -> list[Recommendation]:
     steps.extend(at_choice.steps)
     rule = "largest multiple of 0.05 (else 0.01, else 0.001) inside the window" + (f" and above {mfs:g}" if finer else "")
     steps.append(Step("recommended y", rule, choice, "fraction"))
-    at_current = (
-        f"At y={mfs:g} the static share y*pre is smaller than the weights, so the KV budget is {format_bytes(f.get('kv_budget_bytes'))}"
-        if mfs is not None
-        else "At the y in use (the log has no server_args line) the engine found no room for the KV cache"
-    )
+    at_current = _at_current_y(f, mfs, swa)
     why = (
         f"{at_current}; raising y (not lowering it) grows the KV pool: at y={choice:g} it is "
         f"{format_bytes(at_choice.value)}, and (1-y)*pre = {format_bytes(budget.sglang_dynamic_region_bytes(pre, choice))} stays for activations."
     )
     return [Recommendation("--mem-fraction-static", choice, "raise", why, current=mfs, derivation=tuple(steps))]
+
+
+def _at_current_y(f: Facts, mfs: float | None, swa: bool) -> str:
+    """What the KV budget y*pre - W is at the y in use, in the words its sign allows."""
+    if mfs is None:
+        return "At the y in use (the log has no server_args line) the engine found no room for the KV cache"
+    kv = f.get("kv_budget_bytes")
+    if kv is None or kv <= 0:
+        than = "smaller than" if kv is None or kv < 0 else "equal to"
+        return f"At y={mfs:g} the static share y*pre is {than} the weights, so the KV budget is {format_bytes(kv)}"
+    if swa:
+        return (
+            f"At y={mfs:g} the KV budget y*pre - W is {format_bytes(kv)}, positive but too small for the sliding-window pool's "
+            "fixed share and the full KV pool together"
+        )
+    floor = f.get("kv_floor_bytes")
+    less = f", less than one request's {format_bytes(floor)}" if floor else ""
+    return f"At y={mfs:g} the KV budget y*pre - W is {format_bytes(kv)}, positive but too small{less}"
 
 
 def _no_value_why(swa: bool, have_window: bool, have_mfs: bool) -> str:

@@ -247,19 +247,22 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
     if gpu_name:
         gpu = find_gpu(gpu_name)
         capacity, label = gpu.capacity_bytes, gpu.name
+        capacity_source, capacity_note, smi_total = gpu.capacity_source, gpu.capacity_note, gpu.smi_total_bytes
     else:
         assert gpu_mem_gib is not None  # exactly one of the two was given (checked above)
         capacity, label = int(gpu_mem_gib * (1 << 30)), f"{gpu_mem_gib:g} GiB GPU"
+        capacity_source, capacity_note, smi_total = "given", "--gpu-mem-gib", None
     try:
         _check_config(model_path)
         model = planner.load_model(model_path)
         _check_model(model_path, model)
-        result = planner.plan(model, capacity, label, tp, context_len, kv_cache_dtype, system, at)
+        result = planner.plan(model, capacity, label, tp, context_len, kv_cache_dtype, system, at, smi_total_bytes=smi_total)
         fits = [] if result["feasible"] else planner.what_fits(model, context_len, kv_cache_dtype, system)
     except (ArithmeticError, ValueError, TypeError, KeyError, AttributeError) as exc:
         # The config holds numbers no model has (zero heads, negative sizes, strings): exit 5, not 1.
         raise InputError(f"{model_path}: config.json values cannot be planned with ({type(exc).__name__}: {exc})") from None
     result["fits_on"] = fits
+    result["capacity_source"], result["capacity_note"] = capacity_source, capacity_note
     if fmt == "json":
         text = json.dumps(result, indent=2, sort_keys=True) + "\n"
     elif fmt in ("markdown", "html"):
@@ -272,8 +275,9 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
         _write(output, text)
     else:
         click.echo(text, nl=False)
-    ok = result["feasible"] and (at is None or result["at"]["feasible"])
-    sys.exit(int(_exit_code(PlanFit.FITS if ok else PlanFit.DOES_NOT_FIT)))
+    # The exit code follows the recommendation: the model fits when a value of the flag makes it fit.
+    # A pinned --at value that does not is reported (INFEASIBLE, and "at" in the JSON), not an exit code.
+    sys.exit(int(_exit_code(PlanFit.FITS if result["feasible"] else PlanFit.DOES_NOT_FIT)))
 
 
 @cli.command(

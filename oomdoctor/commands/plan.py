@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from oomdoctor import __version__
 from oomdoctor.base.errors import InputError
 from oomdoctor.base.limits import memory_budget, read_capped
 from oomdoctor.base.units import GIB, gib_text
@@ -30,6 +31,10 @@ EDGE_TOLERANCE = 0.01
 
 # What a fresh server spends before SGLang's first free-memory reading (pre = capacity - this):
 # budget.CUDA_CONTEXT_BYTES and, with TP > 1, budget.NCCL_BYTES.
+# The version of `plan --format json`'s keys, as diagnose's JSON carries its own: a key is renamed or
+# removed only with a new version.
+PLAN_SCHEMA_VERSION = 1
+
 # vLLM's non-weight, non-KV memory: the profile run's activation peak and non-torch allocations.
 VLLM_ACTIVATION_BYTES = 2 * GIB
 
@@ -189,11 +194,14 @@ def plan(
     system: str = "sglang",
     at: float | None = None,
     suggest: bool = True,
+    smi_total_bytes: int | None = None,
 ) -> dict[str, Any]:
     """The budget at launch: the feasible window, the recommended and auto values, tokens, and what fits.
 
-    ``at`` also evaluates one given value of the flag (the one a launch script pins, say). When the model
-    does not fit, ``shorter_context`` is the longest context at which it does (on this GPU and TP).
+    ``capacity_bytes`` is the card's total as CUDA reports it (what the engines measure free memory
+    against); ``smi_total_bytes`` nvidia-smi's memory.total, which SGLang's auto-tune reads (default:
+    the same). ``at`` also evaluates one given value of the flag (the one a launch script pins, say).
+    When the model does not fit, ``shorter_context`` is the longest context at which it does (on this GPU and TP).
     """
     if model.weights_bytes is None:
         raise ValueError(f"{model.name}: weights unknown (load_model fills them in)")
@@ -213,6 +221,8 @@ def plan(
         Step("one max-length request's KV", f"{ctx} tokens * {cell.value} B", one_request, "bytes"),
     ]
     result: dict[str, Any] = {
+        "schema_version": PLAN_SCHEMA_VERSION,
+        "tool": {"name": "oomdoctor", "version": __version__},
         "system": system,
         "model": model.name,
         "gpu": gpu_name,
@@ -249,7 +259,8 @@ def plan(
         steps += [*reserve.steps, *window.steps]
         feasible = window.feasible
         rec = budget.choose_in_window(window)
-        auto = budget.sglang_autotune_mfs(capacity_bytes, tp=tp)
+        # SGLang's auto-tune picks its default from nvidia-smi's memory.total (get_nvgpu_memory_capacity).
+        auto = budget.sglang_autotune_mfs(smi_total_bytes or capacity_bytes, tp=tp)
         steps += list(auto.steps)
         default = auto.value
 
@@ -273,7 +284,7 @@ def plan(
         result["at"] = {"value": at, "kv_bytes": kv, "kv_tokens": budget.kv_tokens(kv, cell.value), "feasible": bool(low_w <= at <= high_w)}
         steps.append(Step(f"KV budget at {at:g}", f"{result['flag']} {at:g}", kv, "bytes"))
     if suggest and not result["feasible"]:
-        shorter = _shorter_context(model, capacity_bytes, gpu_name, tp, ctx, kv_cache_dtype, system, cell.value, float(high_w), weights_rank, pre)
+        shorter = _shorter_context(model, capacity_bytes, gpu_name, tp, ctx, kv_cache_dtype, system, cell.value, float(high_w), weights_rank, pre, smi_total_bytes)
         if shorter is not None:
             result["shorter_context"] = shorter
             steps.append(Step("longest context that fits", f"{shorter['flag']} {shorter['value']}: one request's KV beside the weights inside the window", shorter["value"], "tokens"))
@@ -291,7 +302,8 @@ def default_position(default: float, low: float, high: float) -> str:
 
 
 def _shorter_context(
-    model: Model, capacity_bytes: int, gpu_name: str, tp: int, ctx: int, kv_cache_dtype: str, system: str, cell: int, high: float, weights_rank: int, pre: int
+    model: Model, capacity_bytes: int, gpu_name: str, tp: int, ctx: int, kv_cache_dtype: str, system: str, cell: int, high: float, weights_rank: int, pre: int,
+    smi_total_bytes: int | None = None,
 ) -> dict[str, Any] | None:
     """The longest context (a multiple of 1024 below ``ctx``) at which the model fits, checked by planning it again."""
     if cell <= 0:
@@ -303,7 +315,7 @@ def _shorter_context(
         room = int(high * pre) - weights_rank
     tokens = min(room // cell, ctx - 1) // 1024 * 1024
     while tokens >= 1024:
-        p = plan(model, capacity_bytes, gpu_name, tp, tokens, kv_cache_dtype, system, suggest=False)
+        p = plan(model, capacity_bytes, gpu_name, tp, tokens, kv_cache_dtype, system, suggest=False, smi_total_bytes=smi_total_bytes)
         if p["feasible"]:
             return {"flag": "--max-model-len" if system == "vllm" else "--context-length", "value": tokens, "recommended": p["recommended"], "kv_tokens": p.get("kv_tokens")}
         tokens -= 1024
@@ -315,7 +327,7 @@ def what_fits(model: Model, context_len: int | None, kv_cache_dtype: str, system
     out = []
     for g in gpu_table():
         for tp in tp_sizes:
-            p = plan(model, g.capacity_bytes, g.name, tp, context_len, kv_cache_dtype, system)
+            p = plan(model, g.capacity_bytes, g.name, tp, context_len, kv_cache_dtype, system, smi_total_bytes=g.smi_total_bytes)
             if p["feasible"]:
                 out.append({"gpu": g.name, "tp_size": tp, "recommended": p["recommended"], "kv_tokens": p.get("kv_tokens")})
                 break
@@ -333,6 +345,8 @@ def render_text(p: dict[str, Any], fits: list[dict[str, Any]]) -> str:
     g = gib_text
     lines = [
         f"PLAN: {p['model']} on {p['gpu']} ({g(p['capacity_bytes'])}), tp={p['tp_size']}, context {p['context_len']}, {p['system']}",
+        *([f"  capacity {g(p['capacity_bytes'])} as CUDA reports it" + (f" (estimated: {p['capacity_note']})" if p["capacity_source"] == "estimated" else "")]
+          if p.get("capacity_source") in ("log", "measured", "estimated") else []),
         f"  weights {g(p['weights_bytes'])} ({p['weights_source']}), {g(p['weights_per_rank_bytes'])} per rank; KV {p['cell_bytes']} B/token ({p['attention']})",
         f"  feasible {p['flag']}: {p['window'][0]:.3f} to {p['window'][1]:.3f}" + ("" if p["feasible"] else "  -> EMPTY: the model does not fit"),
         f"  {p['default_source']}: {p['default']:g} ({_position_words(p)}; KV there {g(p['kv_at_default_bytes'])})",

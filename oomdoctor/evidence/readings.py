@@ -20,6 +20,7 @@ _PER_RANK = {
     "pre_bytes": (sg.KIND_LOAD_BEGIN, "avail_bytes"),
     "post_bytes": (sg.KIND_LOAD_END, "avail_bytes"),
     "kv_pool_bytes": (sg.KIND_KV_ALLOCATED, "kv_bytes"),
+    "pool_end_bytes": (sg.KIND_POOL_END, "avail_bytes"),
     "cuda_graph_bytes": (sg.KIND_GRAPH_END, "mem_usage_bytes"),
 }
 

@@ -448,6 +448,7 @@ class SetCheck(NamedTuple):
     low: float | None
     high: float | None
     steps: tuple[Step, ...]
+    budget: FractionBudget | None = None  # the budget with the changes applied
 
 
 def fraction_window(b: FractionBudget) -> tuple[float, float]:
@@ -545,7 +546,7 @@ def check_set(b: FractionBudget, changes: tuple[tuple[str, Any], ...]) -> SetChe
     name = "u" if b.system == "vllm" else "y"
     if current.fraction is None:
         steps.append(Step(f"window of {name} with these changes", f"[{low:.4f}, {high:.4f}]; the applied {name} is unknown", None, "text"))
-        return SetCheck(None, None, low, high, tuple(steps))
+        return SetCheck(None, None, low, high, tuple(steps), current)
     ok = in_window(current.fraction, low, high)
     steps.append(
         Step(
@@ -555,7 +556,7 @@ def check_set(b: FractionBudget, changes: tuple[tuple[str, Any], ...]) -> SetChe
             "text",
         )
     )
-    return SetCheck(ok, current.fraction, low, high, tuple(steps))
+    return SetCheck(ok, current.fraction, low, high, tuple(steps), current)
 
 
 def completing_fraction(system: str, fraction: float, low: float, high: float) -> float | None:

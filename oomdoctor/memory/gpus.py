@@ -1,5 +1,9 @@
 """The GPUs oomdoctor knows (data/gpus.toml): cards `plan` takes by name, and the card classes a
-diagnosis names from the total capacity a log reports."""
+diagnosis names from the total capacity a log reports.
+
+A card's capacity is its total as CUDA reports it (what the engines size their budgets from), not
+nvidia-smi's memory.total, which also counts the memory the driver reserves for itself.
+"""
 
 from __future__ import annotations
 
@@ -8,23 +12,32 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.base import built_in
 from oomdoctor.base.errors import GpuNotFound
-from oomdoctor.base.units import GIB, MIB
+from oomdoctor.base.units import GIB, MIB, gib_to_bytes
 
 if TYPE_CHECKING:
     from typing import Any
 
 
 class Gpu(NamedTuple):
+    """A card: ``capacity_bytes`` as CUDA reports it; ``smi_total_bytes`` nvidia-smi's memory.total;
+    ``capacity_source`` "log", "measured" or "estimated", and ``capacity_note`` where the figure is from."""
+
     name: str
     capacity_bytes: int
     aliases: tuple[str, ...] = ()
+    smi_total_bytes: int | None = None
+    capacity_source: str = ""
+    capacity_note: str = ""
 
 
 class CardClass(NamedTuple):
+    """A class of cards; its common card's total as CUDA (``typical_bytes``) and nvidia-smi (``smi_bytes``) report it."""
+
     label: str
     low_gib: float
     high_gib: float
     typical_bytes: int
+    smi_bytes: int
 
 
 @functools.cache
@@ -33,11 +46,14 @@ def _table() -> dict[str, Any]:
 
 
 def gpu_table() -> list[Gpu]:
-    return [Gpu(g["name"], g["capacity_mib"] * MIB, tuple(g.get("aliases", ()))) for g in _table()["gpu"]]
+    return [
+        Gpu(g["name"], gib_to_bytes(g["cuda_total_gib"]), tuple(g.get("aliases", ())), g["smi_total_mib"] * MIB, g["cuda_total_source"], g["cuda_total_note"])
+        for g in _table()["gpu"]
+    ]
 
 
 def _classes() -> list[CardClass]:
-    return [CardClass(c["label"], c["low_gib"], c["high_gib"], c["typical_mib"] * MIB) for c in _table()["class"]]
+    return [CardClass(c["label"], c["low_gib"], c["high_gib"], gib_to_bytes(c["typical_cuda_gib"]), c["typical_smi_mib"] * MIB) for c in _table()["class"]]
 
 
 def _norm(name: str) -> str:
@@ -61,6 +77,16 @@ def likely_gpu(capacity_bytes: int | None) -> str | None:
     return next((c.label for c in _classes() if c.low_gib <= gib < c.high_gib), None)
 
 
+def assumed_card(free_bytes: int) -> CardClass | None:
+    """The smallest known card class whose capacity exceeds a free-memory reading.
+
+    Both are CUDA's figures, and a free reading is always below the total (the CUDA context alone
+    takes 0.3 GiB or more), so the total only has to exceed the reading.
+    """
+    return next((c for c in _classes() if c.typical_bytes > free_bytes), None)
+
+
 def smallest_card_holding(free_bytes: int) -> tuple[str, int] | None:
-    """The smallest known card class whose capacity exceeds a free-memory reading (label, bytes)."""
-    return next(((c.label, c.typical_bytes) for c in _classes() if c.typical_bytes > free_bytes + GIB // 2), None)
+    """The assumed card's label and its total as CUDA reports it (the scale a free reading is drawn on)."""
+    card = assumed_card(free_bytes)
+    return (card.label, card.typical_bytes) if card else None

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.memory import budget
 from oomdoctor.memory.derivation import Derived, Step
-from oomdoctor.memory.gpus import smallest_card_holding
+from oomdoctor.memory.gpus import assumed_card
 
 if TYPE_CHECKING:
     from typing import Any
@@ -62,11 +62,12 @@ def _autotune_view(facts: Facts) -> Derived | None:
     capacity = facts.get("capacity_bytes")
     assumed: list[Step] = []
     if not capacity and facts.get("pre_bytes"):
-        card = smallest_card_holding(facts.get("pre_bytes"))
+        card = assumed_card(facts.get("pre_bytes"))
         if card is None:
             return None
-        capacity = card[1]
-        assumed.append(Step("card capacity (assumed from pre)", f"smallest known card above pre: {card[0]}", capacity, "bytes"))
+        # SGLang's auto-tune reads nvidia-smi's memory.total, not CUDA's figure.
+        capacity = card.smi_bytes
+        assumed.append(Step("card capacity (assumed from pre)", f"smallest known card above pre: {card.label}", capacity, "bytes"))
     if not capacity:
         return None
     era = "B" if facts.get("load_end_era") == "V-a/b" else "current"

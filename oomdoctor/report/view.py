@@ -37,18 +37,24 @@ def _report(d: Diagnosis, data: dict[str, Any]) -> dict[str, Any]:
     recs = data["findings"][0]["recommendations"] if data["findings"] else []
     report: dict[str, Any] = {
         "flags": _flag_block(recs),
+        "flags_margin": _flag_margin(recs),
+        "no_primary": _no_primary(recs),
         "flags_are_commands": any(r["role"] == "primary" and r["direction"] == "run" for r in recs),
         "alternatives": _alternatives(recs, "alternative"),
         "not_workable": _alternatives(recs, "not_workable"),
         "gpus": [],
         "recommended_gpu": None,
         "timeline": {},
+        "node_lanes": None,
         "what_if": None,
         "unchecked": _unchecked(d),
         "environment": _environment(f),
         "segments": [{"kind": k, "label": label} for k, label in SEGMENTS],
         "samples": {},
+        "samples_title": "",
+        "samples_note": "",
         "legend": [],
+        "bar_notes": [],
     }
     if f is None:
         return report
@@ -62,10 +68,14 @@ def _report(d: Diagnosis, data: dict[str, Any]) -> dict[str, Any]:
     if not report["gpus"]:
         report["gpus"] = _token_pool_bar(f, d.readings)
     _mark_first_failure(report["gpus"], f)
+    report["bar_notes"] = _bar_notes(report["gpus"])
     report["recommended_gpu"] = _recommended_bar(d, f)
     report["legend"] = _legend(report["gpus"] + ([report["recommended_gpu"]] if report["recommended_gpu"] else []))
     report["timeline"] = _timeline(d.readings)
+    report["node_lanes"] = _node_lanes(data)
     report["samples"] = _samples(f)
+    report["samples_title"] = _samples_title(f)
+    report["samples_note"] = _samples_note(f)
     report["what_if"] = _what_if(d, f)
     return report
 
@@ -90,6 +100,25 @@ def _flag_block(recs: list[dict[str, Any]]) -> str:
     return "\n".join(_set_lines(primary)) if primary else ""
 
 
+def _flag_margin(recs: list[dict[str, Any]]) -> str:
+    """The margin the verdict's set leaves, in words (every primary flag set states it; a command has none)."""
+    from oomdoctor.report.render.text import margin_text
+
+    primary = next((r for r in recs if r.get("role") == "primary"), None)
+    if primary is None or primary["direction"] == "run":
+        return ""
+    return margin_text(primary.get("margin")) or "not measured: the advice carries no margin"
+
+
+def _no_primary(recs: list[dict[str, Any]]) -> str:
+    """Why there is no set to paste, when the advice has changes but none the budget lets through."""
+    if not recs or any(r.get("role") == "primary" for r in recs):
+        return ""
+    if any(r.get("margin") and r["margin"].get("bytes") is not None and r["margin"]["bytes"] <= 0 for r in recs):
+        return "No set with a value leaves room for the failed allocation by the log's own numbers, so none is given to paste; each change below says what it would take."
+    return ""
+
+
 def _alternatives(recs: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
     """The other sets ("or", each instead of the primary one) or the changes the budget rejects, with their cost."""
     out = []
@@ -109,6 +138,7 @@ def _sglang_bars(f: Facts, r: Readings, mfs: float | None = None) -> list[dict[s
     pres = r.of("pre_bytes")
     posts = r.of("post_bytes")
     kvs = r.of("kv_pool_bytes")
+    pool_ends = r.of("pool_end_bytes")
     graphs = r.of("cuda_graph_bytes")
     y = mfs if mfs is not None else f.get("mem_fraction_static")
     capacity = f.get("capacity_bytes")
@@ -121,15 +151,57 @@ def _sglang_bars(f: Facts, r: Readings, mfs: float | None = None) -> list[dict[s
         if pre is None or post is None or y is None:
             continue
         total = capacity or _card_for(pre)
-        dynamic = budget.sglang_dynamic_region_bytes(pre, y)
-        kv = kvs.get(rank or "", max(post - dynamic, 0)) if mfs is None else None
-        graph = graphs.get(rank or "", 0) if mfs is None else f.get("cuda_graph_bytes", 0)
-        other = f.get("foreign_process_bytes", 0) if (rank == oom_rank or len(pres) <= 1) else 0
-        bar = sglang_bar(rank or "GPU", total, pre, budget.sglang_weights_bytes(pre, post), y, kv=kv, graphs=graph or 0, other=other or 0, total_assumed=capacity is None)
+        key = rank or ""
+        kv = (kvs.get(key) or kvs.get("GPU")) if mfs is None else None
+        graph = graphs.get(key, 0) if mfs is None else f.get("cuda_graph_bytes", 0)
+        other, other_label = _sglang_other(f, total, pre, rank == oom_rank or len(pres) <= 1)
+        bar = sglang_bar(
+            rank or "GPU", total, pre, budget.sglang_weights_bytes(pre, post), y, kv=kv, graphs=graph or 0, other=other, total_assumed=capacity is None,
+            pool_end=(pool_ends.get(key) or pool_ends.get("GPU")) if mfs is None and kv is not None else None, other_label=other_label,
+        )
         if mfs is None and (rank == oom_rank or len(pres) <= 1) and f.get("requested_bytes") is not None:
             bar["request"] = {"requested_bytes": f.get("requested_bytes"), "free_bytes": f.get("free_bytes")}
         bars.append(bar)
     return bars
+
+
+def _sglang_other(f: Facts, total: int, pre: int, failing: bool) -> tuple[int, str | None]:
+    """Memory held by others on a GPU and its label: another tenant before the server started, else the OOM's processes."""
+    from oomdoctor.memory import log_figures
+    from oomdoctor.memory.oom_arithmetic import OTHERS_WITH_SELF_FIGURE_MIN_BYTES
+
+    before = log_figures.sglang_startup_foreign_bytes(total, pre, f.get("init_mem_usage_bytes") or 0).value if f.get("capacity_bytes") else 0
+    if before >= OTHERS_WITH_SELF_FIGURE_MIN_BYTES:
+        return before, _other_label(f) or "held before the server started (another process)"
+    if failing and f.get("foreign_process_bytes"):
+        return f.get("foreign_process_bytes"), _other_label(f)
+    return 0, None
+
+
+def _lines(f: Facts, *names: str) -> str:
+    """' (server.log:2, 4 and 6)': where the named facts were read, for a note that says which inputs disagree."""
+    import os
+
+    found = sorted({(ref.path or "", ref.line) for name in names if (ref := f.ref(name)) is not None and ref.line})
+    if not found:
+        return ""
+    by_file: dict[str, list[int]] = {}
+    for path, line in found:
+        by_file.setdefault(os.path.basename(path), []).append(line)
+    parts = []
+    for name, numbers in by_file.items():
+        words = ", ".join(str(n) for n in numbers[:-1]) + (" and " if len(numbers) > 1 else "") + str(numbers[-1])
+        parts.append(f"{name}:{words}" if name else f"line{'s' if len(numbers) > 1 else ''} {words}")
+    return f" ({'; '.join(parts)})"
+
+
+def _bar_notes(bars: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each bar's note once, with the bars it is about (four ranks with one inconsistency get one note)."""
+    notes: dict[str, list[str]] = {}
+    for b in bars:
+        if b.get("note"):
+            notes.setdefault(b["note"], []).append(b["name"])
+    return [{"names": names if len(bars) > 1 else [], "note": note} for note, names in notes.items()]
 
 
 def _card_for(pre: int) -> int:
@@ -137,6 +209,35 @@ def _card_for(pre: int) -> int:
 
     card = smallest_card_holding(pre)
     return card[1] if card else pre
+
+
+# Stages of an OOM before the server serves: its bar is the startup budget's, not what the card held at a runtime failure.
+_STARTUP_STAGES = ("weight_loading", "weight_creation", "kv_pool", "startup")
+
+
+def _vllm_profile(f: Facts) -> dict[str, Any] | None:
+    """vLLM's memory profile as the failure bar draws it: weights, activation peak, non-torch, graphs; None without one."""
+    weights, act, non_torch, non_kv = (f.get(k) for k in ("weights_bytes", "activation_peak_bytes", "non_torch_bytes", "non_kv_bytes"))
+    graphs = f.get("cuda_graph_bytes") or 0
+    if weights is None or (non_kv is None and (act is None or non_torch is None)):
+        return None
+    if act is None or non_torch is None:
+        return {"weights": weights, "activation": max(non_kv - weights, 0), "non_torch": 0, "graphs": graphs, "graphs_in_budget": False,
+                "activation_label": "activation peak and non-PyTorch memory (vLLM's profile)"}
+    counted = weights + act + non_torch
+    # vLLM >= 0.21 counts the CUDA graphs inside u*total; its non-KV figure says whether this one did.
+    in_budget = bool(graphs and non_kv is not None and abs(non_kv - counted - graphs) < abs(non_kv - counted))
+    return {"weights": weights, "activation": act, "non_torch": non_torch, "graphs": graphs, "graphs_in_budget": in_budget}
+
+
+def _vllm_failure_bar(f: Facts, total: int, u: float, other: int) -> dict[str, Any]:
+    from oomdoctor.report.render.bars import vllm_failure_bar
+
+    lines = _lines(f, "non_kv_bytes" if f.ref("non_kv_bytes") else "weights_bytes", "free_bytes")
+    failure = {"allocated": f.get("allocated_bytes"), "unallocated": f.get("reserved_unallocated_bytes"), "graphs": f.get("private_pool_bytes"), "this_process": f.get("this_process_bytes")}
+    bar = vllm_failure_bar("GPU", total, u, f.get("free_bytes"), _vllm_profile(f), failure, other=other, other_label=_other_label(f), lines=lines)
+    bar["request"] = {"requested_bytes": f.get("requested_bytes"), "free_bytes": f.get("free_bytes")}
+    return bar
 
 
 def _vllm_bars(f: Facts, util: float | None = None) -> list[dict[str, Any]]:
@@ -147,15 +248,25 @@ def _vllm_bars(f: Facts, util: float | None = None) -> list[dict[str, Any]]:
         return _torch_bars(f)
     weights = f.get("weights_bytes") or 0
     non_kv = f.get("non_kv_bytes")
-    non_kv = weights if non_kv is None else non_kv
     graphs = f.get("cuda_graph_bytes", 0) or 0
     other = f.get("foreign_process_bytes", 0) or 0
     if f.get("startup_free_deficit_bytes") and f.get("free_at_start_bytes") is not None:
         other = max(total - f.get("free_at_start_bytes") - 600 * 1024 * 1024, 0)
+    if util is None and f.get("requested_bytes") is not None and f.get("free_bytes") is not None and f.get("oom_stage") not in _STARTUP_STAGES:
+        return [_vllm_failure_bar(f, total, u, other)]
     bar = vllm_bar("GPU", total, u, weights, non_kv, graphs=max(graphs, 0), other=other)
     if util is None and f.get("requested_bytes") is not None:
         bar["request"] = {"requested_bytes": f.get("requested_bytes"), "free_bytes": f.get("free_bytes")}
     return [bar]
+
+
+def _other_label(f: Facts) -> str | None:
+    """How the bars name memory held by others: the other tenant DCGM names, else the OOM message's processes."""
+    pods = [p for p in f.get("_monitoring_pods") or () if p.get("pod")]
+    if pods:
+        names = ", ".join(f"{p['namespace'] + '/' if p.get('namespace') else ''}{p['pod']}" for p in pods[:3])
+        return f"another tenant on this GPU: pod {names} (DCGM)"
+    return None
 
 
 def _torch_bars(f: Facts) -> list[dict[str, Any]]:
@@ -259,12 +370,87 @@ def _recommended_bar(d: Diagnosis, f: Facts) -> dict[str, Any] | None:
     return worst
 
 
+def _seconds_after(t0: str | None, ts: str | None) -> float | None:
+    """Seconds from one log time to another at the precision both carry (a month-day stamp against a dated one)."""
+    from oomdoctor.base import timestamps
+
+    a, b = timestamps.parse(t0), timestamps.parse(ts)
+    if a is None or b is None:
+        return None
+    precision = min(a[0], b[0])
+    return round(timestamps.at_precision(b, precision) - timestamps.at_precision(a, precision), 3)
+
+
+def _node_lanes(data: dict[str, Any]) -> dict[str, Any] | None:
+    """One lane per node on a shared time axis: each node's first failure and what followed (the JSON's nodes and consequences)."""
+    nodes = data.get("nodes") or []
+    cause = next((n for n in nodes if n.get("is_cause")), None)
+    if len(nodes) < 2 or cause is None or not cause.get("first_failure_time"):
+        return None
+    lanes = []
+    for n in nodes:
+        events = []
+        if n.get("first_failure") and n.get("first_failure_time") and (n.get("is_cause") or n.get("class") != "consequence"):
+            t = _seconds_after(cause["first_failure_time"], n["first_failure_time"])
+            if t is not None:
+                events.append({"t": t, "kind": "cause" if n.get("is_cause") else "failure", "what": n["first_failure"], "rank": n.get("first_failure_rank"), "time": n["first_failure_time"], "line": (n.get("first_failure_line") or {}).get("line")})
+        untimed = 0
+        for c in data.get("consequences") or []:
+            if c["node"] != n["node"]:
+                continue
+            if c.get("seconds_after_cause") is None:
+                untimed += 1
+                continue
+            events.append({"t": c["seconds_after_cause"], "kind": "consequence", "what": c["what"], "rank": c.get("rank"), "time": c.get("time"), "line": c.get("line")})
+        lanes.append({"node": n["node"], "role": n.get("role"), "events": sorted(events, key=lambda e: e["t"]), "untimed": untimed})
+    rank = cause.get("first_failure_rank")
+    return {"lanes": lanes, "origin": f"{cause['node']}{' ' + str(rank).split('/')[-1] if rank else ''} {cause['first_failure']} at {cause['first_failure_time']}"}
+
+
 def _timeline(r: Readings) -> dict[str, list[dict[str, Any]]]:
     return {rank: [{"label": p.label, "bytes": p.free_bytes, "line": p.line} for p in points] for rank, points in r.timeline.items()}
 
 
+def _pod_name(p: dict[str, Any]) -> str:
+    return f"{p['namespace']}/{p['pod']}" if p.get("namespace") else p["pod"]
+
+
+def _gpu_series_name(f: Facts, g: dict[str, Any]) -> str:
+    """A GPU's line: its index (and host), and for DCGM the pods on it, the server's and the other tenants' told apart."""
+    name = f"GPU {g.get('index')}" + (f" on {g['hostname']}" if g.get("hostname") else "")
+    gpu = next((m for m in f.get("_monitoring_gpus") or () if m.get("uuid") == g.get("uuid") and m.get("hostname") == g.get("hostname")), None)
+    if gpu is None or not gpu.get("pods"):
+        return f"{name} used"
+    tenants = {_pod_name(p) for p in f.get("_monitoring_pods") or ()}
+    pods = [_pod_name(p) + (" (another tenant)" if _pod_name(p) in tenants else " (the server)" if tenants else "") for p in gpu["pods"]]
+    return f"{name} used: {' + '.join(pods)}"
+
+
+def _samples_title(f: Facts) -> str:
+    sources = {g.get("source") for g in f.get("_monitoring_gpus") or ()}
+    if "prometheus query_range" in sources:
+        return "GPU memory over time (DCGM_FI_DEV_FB_USED from Prometheus)"
+    return "GPU memory over time (flight recorder)"
+
+
+def _samples_note(f: Facts) -> str:
+    """What a DCGM line cannot show by itself: how the GPU's used memory splits between the server and the other tenant."""
+    pods = [p for p in f.get("_monitoring_pods") or () if p.get("other_bytes")]
+    if not pods or not f.get("_monitoring_gpus"):
+        return ""
+    from oomdoctor.base.units import format_bytes
+
+    names = ", ".join(_pod_name(p) for p in pods[:3])
+    own = f.get("this_process_bytes")
+    at = f"the server held {format_bytes(own)} (its OOM message) and " if own else ""
+    return (
+        f"DCGM reports each GPU's used memory as a whole, for every pod the GPU is shared with: at the peak {at}another tenant, "
+        f"pod {names}, held the other {format_bytes(max(p['other_bytes'] for p in pods))}."
+    )
+
+
 def _samples(f: Facts) -> dict[str, list[dict[str, Any]]]:
-    """Memory over time per process (and per GPU in total) from `oomdoctor run`'s samples."""
+    """Memory over time per process (and per GPU in total) from `oomdoctor run`'s samples or a DCGM query_range."""
     samples = f.get("_samples") or []
     if not samples:
         return {}
@@ -273,7 +459,7 @@ def _samples(f: Facts) -> dict[str, list[dict[str, Any]]]:
     for s in samples:
         for g in s.get("gpus", []):
             if g.get("used_bytes") is not None:
-                series.setdefault(f"GPU {g.get('index')} used", []).append({"t": round(s["t"] - t0, 3), "bytes": g["used_bytes"]})
+                series.setdefault(_gpu_series_name(f, g), []).append({"t": round(s["t"] - t0, 3), "bytes": g["used_bytes"]})
         for p in s.get("processes", []):
             if p.get("used_bytes") is not None:
                 series.setdefault(f"pid {p['pid']}", []).append({"t": round(s["t"] - t0, 3), "bytes": p["used_bytes"]})

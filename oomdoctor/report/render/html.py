@@ -9,7 +9,7 @@ from markupsafe import Markup
 
 from oomdoctor.base.units import GIB
 from oomdoctor.report.render import svg
-from oomdoctor.report.render.text import recommendation_head, step_value
+from oomdoctor.report.render.text import margin_text, recommendation_head, step_value
 
 if TYPE_CHECKING:
     from typing import Any
@@ -41,6 +41,7 @@ def render(view: dict, docs: dict[str, dict[str, str]] | None = None, redacted: 
         "budget": svg.budget_bars(report.get("gpus") or [], layout=bars),
         "recommended": svg.budget_bars([report["recommended_gpu"]], "budget-chart-recommended", layout=bars) if report.get("recommended_gpu") else "",
         "timeline": svg.timeline(report.get("timeline") or {}),
+        "lanes": svg.node_lanes(report.get("node_lanes")),
         "samples": svg.samples_chart(report.get("samples") or {}),
     }
     template = _env().get_template("report.html.j2")
@@ -54,6 +55,7 @@ def render(view: dict, docs: dict[str, dict[str, str]] | None = None, redacted: 
         docs=docs or {},
         gib=GIB,
         rec_head=recommendation_head,
+        margin_text=margin_text,
         show=step_value,
         redacted=redacted,
     )

@@ -28,6 +28,10 @@ def _head(view: dict) -> list[str]:
     if report.get("flags"):
         title = "### Run first" if report.get("flags_are_commands") else "### Change (one consistent set)"
         out += [title, "", _fence(report["flags"], "bash"), ""]
+        if report.get("flags_margin"):
+            out += [f"Margin this set leaves: {escape_markdown_prose(report['flags_margin'])}.", ""]
+    if report.get("no_primary"):
+        out += [escape_markdown_prose(report["no_primary"]), ""]
     if report.get("alternatives"):
         out += ["Or, instead of that:", ""] + [f"- {_code(a['paste'], in_table=False)}" + (f" (cost: {escape_markdown_prose(a['cost'])})" if a["cost"] else "") for a in report["alternatives"]] + [""]
     if report.get("not_workable"):
@@ -53,14 +57,16 @@ def _gpus(view: dict) -> list[str]:
     bars = report.get("gpus") or []
     out: list[str] = []
     if bars:
-        kinds = [s["kind"] for s in report["segments"] if any(seg["kind"] == s["kind"] for b in bars for seg in b["segments"])]
-        labels = {s["kind"]: s["label"] for s in report["segments"]}
-        out += ["### GPU memory", "", "| GPU | total | " + " | ".join(labels[k] for k in kinds) + " |", "|---|---|" + "---|" * len(kinds)]
+        # One column per segment as the bars label it (a kind's label differs by bar: "free at the failure").
+        drawn = {(seg["kind"], seg["label"]) for b in bars for seg in b["segments"]}
+        columns = [c for c in dict.fromkeys((s["kind"], s["label"]) for s in (report.get("legend") or report["segments"])) if c in drawn]
+        columns += [c for c in dict.fromkeys((seg["kind"], seg["label"]) for b in bars for seg in b["segments"]) if c not in columns]
+        out += ["### GPU memory", "", "| GPU | total | " + " | ".join(_cell(label) for _, label in columns) + " |", "|---|---|" + "---|" * len(columns)]
         for b in bars:
-            by_kind = {s["kind"]: s["bytes"] for s in b["segments"]}
+            by_column = {(s["kind"], s["label"]): s["bytes"] for s in b["segments"]}
             show = (lambda n: f"{n:,} tokens") if b.get("unit") == "tokens" else format_bytes
             total = show(b["total_bytes"]) + (" (assumed)" if b.get("total_assumed") else "")
-            out.append(f"| {_cell(b['name'])} | {total} | " + " | ".join(show(by_kind[k]) if k in by_kind else "" for k in kinds) + " |")
+            out.append(f"| {_cell(b['name'])} | {total} | " + " | ".join(show(by_column[c]) if c in by_column else "" for c in columns) + " |")
         out.append("")
     processes = [p for f in view["findings"] for p in f.get("processes", [])]
     if processes:

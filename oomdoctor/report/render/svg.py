@@ -27,6 +27,8 @@ COLORS = {
     "graphs": "#b07aa1",
     "dynamic": "#f28e2b",
     "torch_other": "#edc948",
+    "unsplit": "#a0cbe8",  # light blue: the server's memory, weights included, not split further
+    "beyond": "#ff9da7",  # pink: in use past the budget at a failure
     "other": "#e15759",
     "outside": "#f4f6f8",
     "free": "#e6e6e6",
@@ -275,16 +277,35 @@ def timeline(series: dict[str, list[dict[str, Any]]]) -> Markup:
     ly = top + inner_h + 14
     for label, x in xs.items():
         parts.append(f'<text x="{x:.1f}" y="{ly:.1f}" text-anchor="end" transform="rotate(-30 {x:.1f} {ly:.1f})" class="small"><title>{escape(label)}</title>{escape(shown[label])}</text>')
+    order = {label: i for i, label in enumerate(labels)}
     for i, (rank, points) in enumerate(series.items()):
         color = _RANK_COLORS[i % len(_RANK_COLORS)]
-        coords = " ".join(f"{xs[p['label']]:.1f},{yof(p['bytes']):.1f}" for p in points)
-        parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"><title>{escape(rank)}</title></polyline>')
+        parts.append(f'<g class="series" data-series="{escape(rank)}">')
+        # A line joins two readings only at neighbouring milestones: where a rank has no reading at a
+        # milestone between them, nothing is drawn, rather than a straight line through values never read.
+        for run in _runs(points, order):
+            if len(run) < 2:
+                continue
+            coords = " ".join(f"{xs[p['label']]:.1f},{yof(p['bytes']):.1f}" for p in run)
+            parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"><title>{escape(rank)}</title></polyline>')
         for p in points:
             parts.append(
                 f'<circle cx="{xs[p["label"]]:.1f}" cy="{yof(p["bytes"]):.1f}" r="3.5" fill="{color}">'
                 f"<title>{escape(rank)} {escape(p['label'])}: {escape(_g(p['bytes']))} (line {p['line']})</title></circle>"
             )
+        parts.append("</g>")
     return _svg("timeline-chart", "free GPU memory over time", width, height, "".join(parts))
+
+
+def _runs(points: list[dict[str, Any]], order: dict[str, int]) -> list[list[dict[str, Any]]]:
+    """A rank's readings split where it skips a milestone the others have."""
+    runs: list[list[dict[str, Any]]] = []
+    for p in points:
+        if runs and order[p["label"]] - order[runs[-1][-1]["label"]] == 1:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    return runs
 
 
 def samples_chart(series: dict[str, list[dict[str, Any]]]) -> Markup:
@@ -311,5 +332,104 @@ def samples_chart(series: dict[str, list[dict[str, Any]]]) -> Markup:
     parts.append(f'<text x="{left}" y="{top + inner_h + 14:.1f}" class="small">0 s</text>')
     for i, name in enumerate(names):
         color = _RANK_COLORS[i % len(_RANK_COLORS)]
-        parts.append(f'<polyline points="{" ".join(xy(p) for p in series[name])}" fill="none" stroke="{color}" stroke-width="2"><title>{escape(name)}</title></polyline>')
+        parts.append(
+            f'<g class="series" data-series="{escape(name)}"><polyline points="{" ".join(xy(p) for p in series[name])}" fill="none" stroke="{color}" stroke-width="2">'
+            f"<title>{escape(name)}</title></polyline></g>"
+        )
     return _svg("samples-chart", "GPU memory per process over time", width, height, "".join(parts))
+
+
+CAUSE_COLOR = "#d62728"
+CONSEQUENCE_COLOR = "#f28e2b"
+FAILURE_COLOR = "#b07aa1"
+_LANE_MARKS = (("cause", CAUSE_COLOR, "the first failure (the cause)"), ("failure", FAILURE_COLOR, "another node's own failure"), ("consequence", CONSEQUENCE_COLOR, "what followed (a consequence)"))
+
+
+def _mark(kind: str, x: float, y: float, title: str) -> str:
+    color = dict((k, c) for k, c, _ in _LANE_MARKS)[kind]
+    if kind == "cause":
+        return f'<path class="mark {kind}" d="M{x:.1f},{y - 6:.1f} L{x + 6:.1f},{y:.1f} L{x:.1f},{y + 6:.1f} L{x - 6:.1f},{y:.1f} Z" fill="{color}"><title>{title}</title></path>'
+    return f'<circle class="mark {kind}" cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{color}"><title>{title}</title></circle>'
+
+
+def _span_text(seconds: float) -> str:
+    """An offset on the time axis: seconds, minutes or hours, signed."""
+    sign = "-" if seconds < 0 else "+"
+    s = abs(seconds)
+    if s < 120:
+        return f"{sign}{s:.0f} s" if s else "0 s"
+    if s < 7200:
+        return f"{sign}{s / 60:.1f} min"
+    return f"{sign}{s / 3600:.1f} h"
+
+
+def node_lanes(data: dict[str, Any] | None) -> Markup:
+    """One lane per node on a shared time axis (seconds from the first failure): the cause, other failures, the consequences."""
+    if not data or not data.get("lanes"):
+        return Markup("")
+    lanes = data["lanes"]
+    width = 760
+    names = [f"{lane['node']}" + (f" ({lane['role']})" if lane.get("role") else "") for lane in lanes]
+    left = min(max(max(text_width(n) for n in names) + 14, 90.0), 260.0)
+    right = 24.0
+    times = [e["t"] for lane in lanes for e in lane["events"]] or [0.0]
+    t_min, t_max = min(0.0, *times), max(0.0, *times)
+    span = (t_max - t_min) or 1.0
+    inner = width - left - right
+
+    def xof(t: float) -> float:
+        return left + inner * (t - t_min) / span
+
+    legend: list[str] = []
+    x = left
+    for kind, _color, words in _LANE_MARKS:
+        if not any(e["kind"] == kind for lane in lanes for e in lane["events"]):
+            continue
+        shape = _mark(kind, x + 6, 14, escape(words)).replace(f'class="mark {kind}"', f'class="swatch mark-{kind}"')
+        legend.append(f'<g class="legend-entry">{shape}<text x="{x + 16:.1f}" y="18" class="small">{escape(words)}</text></g>')
+        x += 16 + text_width(words, 10) + 18
+    parts = list(legend)
+    y = 34.0
+    for name, lane in zip(names, lanes, strict=True):
+        rows: list[float] = []  # the right end of the last label in each row
+        placed: list[tuple[dict[str, Any], float, int, bool]] = []
+        for e in lane["events"]:
+            label = f"{str(e['rank']).split('/')[-1]} {e['what']}" if e.get("rank") else e["what"]
+            ex = xof(e["t"])
+            w = text_width(label, 10)
+            flip = ex + 9 + w > width - 2
+            start, end = (ex - 9 - w, ex) if flip else (ex, ex + 9 + w)
+            row = next((i for i, last in enumerate(rows) if last < start - 4), None)
+            if row is None:
+                rows.append(end)
+                row = len(rows) - 1
+            else:
+                rows[row] = end
+            placed.append((e | {"label": label}, ex, row, flip))
+        height = max(len(rows), 1) * 15 + 14
+        mid = y + height / 2
+        parts.append(f'<rect class="lane" x="{left:.1f}" y="{y:.1f}" width="{inner:.1f}" height="{height:.1f}" fill="#f6f8fa"/>')
+        parts.append(f'<line x1="{left:.1f}" y1="{mid:.1f}" x2="{left + inner:.1f}" y2="{mid:.1f}" stroke="#d0d7de"/>')
+        parts.append(f'<text x="{left - 8:.1f}" y="{mid + 4:.1f}" text-anchor="end" class="lbl"><title>{escape(name)}</title>{escape(_fit(name, left - 12))}</text>')
+        if not lane["events"]:
+            none = "no failure seen" + (f" ({lane['untimed']} without a time)" if lane.get("untimed") else "")
+            parts.append(f'<text x="{left + 8:.1f}" y="{mid + 4:.1f}" class="small">{escape(none)}</text>')
+        for e, ex, row, flip in placed:
+            ly = y + 12 + row * 15
+            title = escape(f"{name}: {e['label']} at {e.get('time') or '?'} ({_span_text(e['t'])}), line {e.get('line')}")
+            parts.append(_mark(e["kind"], ex, mid, title))
+            anchor = ' text-anchor="end"' if flip else ""
+            tx = ex - 9 if flip else ex + 9
+            parts.append(f'<text x="{tx:.1f}" y="{ly:.1f}" class="small"{anchor}><title>{title}</title>{escape(e["label"])}</text>')
+        y += height + 6
+    axis_y = y + 2
+    parts.append(f'<line x1="{left:.1f}" y1="{axis_y:.1f}" x2="{left + inner:.1f}" y2="{axis_y:.1f}" stroke="#999"/>')
+    for i in range(5):
+        t = t_min + span * i / 4
+        tx = xof(t)
+        anchor = "start" if i == 0 else "end" if i == 4 else "middle"
+        parts.append(f'<line x1="{tx:.1f}" y1="{axis_y:.1f}" x2="{tx:.1f}" y2="{axis_y + 4:.1f}" stroke="#999"/>')
+        parts.append(f'<text x="{tx:.1f}" y="{axis_y + 15:.1f}" text-anchor="{anchor}" class="small">{escape(_span_text(t))}</text>')
+    caption = _fit(f"time from the first failure: {data.get('origin', '')}", width - left - 4, 10)
+    parts.append(f'<text x="{left:.1f}" y="{axis_y + 30:.1f}" class="small">{escape(caption)}</text>')
+    return _svg("node-lanes-chart", "failures per node on one time axis", width, axis_y + 38, "".join(parts))

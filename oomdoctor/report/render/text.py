@@ -56,6 +56,17 @@ def recommendation_head(r: dict) -> str:
     return f"{r['direction']} {r['flag']} to {fmt(r['value'])}"
 
 
+def margin_text(m: dict | None) -> str:
+    """What a set leaves, in words: the runtime gap's margin, the window's, or why it was not measured."""
+    if not m:
+        return ""
+    if m.get("bytes") is None:
+        return f"not measured: {m.get('unknown') or 'no figures to measure it against'}"
+    if m.get("free_bytes") is not None and m.get("allocation_bytes") is not None:
+        return f"{format_bytes(m['bytes'])}: {format_bytes(m['free_bytes'])} free after the changes against the failed allocation's {format_bytes(m['allocation_bytes'])} (as the changes leave it)"
+    return f"{format_bytes(m['bytes'])} inside the window ({m.get('measures') or 'how far the fraction sits inside it'})"
+
+
 _ROLE_TAGS = {"primary": "", "alternative": " [or]", "not_workable": " [not workable]"}
 
 
@@ -66,6 +77,10 @@ def change_block(report: dict) -> list[str]:
         title = "run first:" if report.get("flags_are_commands") else "change the launch flags (one consistent set):"
         lines.append(f" {title}")
         lines += [f"    {line}" for line in report["flags"].splitlines()]
+        if report.get("flags_margin"):
+            lines.append(f"    margin: {report['flags_margin']}")
+    if report.get("no_primary"):
+        lines.append(f" {report['no_primary']}")
     alternatives = report.get("alternatives") or []
     if alternatives:
         lines.append(" or, instead of that:")
@@ -94,6 +109,8 @@ def _finding(f: dict, primary: bool, report: dict | None = None) -> list[str]:
             for c in r.get("with", []):
                 lines.append(f"    with {recommendation_head(c)}")
             lines.append(f"    why: {r['why']}")
+            if r.get("margin"):
+                lines.append(f"    margin: {margin_text(r['margin'])}")
             for s in r["derivation"]:
                 lines.append(f"    - {step_line(s)}")
     for p in f.get("processes", []):
