@@ -27,6 +27,7 @@ sys.path.insert(0, str(HERE))
 
 import callgraph  # noqa: E402
 import classify  # noqa: E402
+import recognizer  # noqa: E402
 import releases  # noqa: E402
 import scan  # noqa: E402
 
@@ -250,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "messages.json").write_text(_lines([_dump(m) for m in messages], "[", "]"))
     func_lines = [_dump(row) for eng in sorted(functions) for row in functions[eng]]
     (args.out / "phases.json").write_text(_lines(func_lines, "[", "]"))
-    for name in ("sources.json", "messages.json", "phases.json"):
+    recognizer.write(args.out)  # the recognizer's table of failure messages, from the messages just written
+    for name in ("sources.json", "messages.json", "phases.json", "recognizer.json"):
         print(f"{name}: {(args.out / name).stat().st_size / 1e6:.2f} MB", file=sys.stderr)
     return 0
 
