@@ -81,12 +81,13 @@ class Redactor:
         """Redact raw log bytes made of lines (split at b"\\n"; the last one may lack its newline), as ``text`` on each line would.
 
         Only the lines ``secret_line_starts`` flags, and every line while inside a PEM block, are decoded
-        and redacted; the others keep their bytes untouched (invalid UTF-8 included), and ``data`` itself
-        comes back when nothing changed. Lines are decoded with surrogateescape, so a redacted line keeps
+        and redacted (a line only the kv rule can change by ``kv_only_line``, where its keys start); the
+        others keep their bytes untouched (invalid UTF-8 included), and ``data`` itself comes back when
+        nothing changed. Lines are decoded with surrogateescape, so a redacted line keeps
         the bytes around its secrets. With ``pii`` every line is redacted (pseudonyms are not prefiltered).
         """
         # Imported here: only a log stream uses the prefilter, so a plain diagnose's start does not load it.
-        from oomdoctor.input.secret_prefilter import secret_line_starts
+        from oomdoctor.input.secret_prefilter import kv_only_line, secret_line_starts
 
         every = self.pii
         starts = iter(() if every else secret_line_starts(data))
@@ -102,6 +103,17 @@ class Redactor:
                     break
                 pos = flagged
             end = data.find(b"\n", pos) + 1 or size
+            if self._pem_prefix is None and not every:
+                # Most flagged lines can only meet the kv rule (a request log's `stop_token_ids=[]`): it is
+                # tried where keys start, not scanned over the line by every rule (secret_prefilter).
+                line = data[pos:end]
+                fast = kv_only_line(line)
+                if fast is not None:
+                    if fast is not line:  # the line itself comes back when nothing changed
+                        out += (data[done:pos], fast)
+                        done = end
+                    pos = end
+                    continue
             text = data[pos:end].decode("utf-8", "surrogateescape")
             red = self._line(text)
             if red != text:
