@@ -12,6 +12,8 @@ RUN/recorder.log in words the host-OOM rules read. The wrapper forwards SIGINT/S
 kills the child, and exits with the child's own code. When the recorder's own stdout or stderr goes
 away (a closed pipe, a terminal that hung up), the server's output on it is dropped, the recorder says
 so once and keeps recording: killing the server for want of a reader would lose what it was recording.
+The pass-through never waits for the log: when its writer falls behind, what it had no room for is a
+counted gap in server.log.
 """
 
 from __future__ import annotations
@@ -206,6 +208,12 @@ def _record(
             sampler.stop_event.set()
             sampler.join(timeout=5)
         tee.close()
+    if tee.gaps:
+        _say(
+            stderr,
+            f"oomdoctor: the recorder fell behind the server: {tee.gap_bytes} bytes of its output are not in {out / 'server.log'} "
+            f"({tee.gaps} gap(s), each marked there); they passed through",
+        )
     exit_code = code if code >= 0 else 128 - code
     kills_after = oom_kills()
     try:
@@ -214,7 +222,7 @@ def _record(
             (out / RECORDER_LOG).write_text("".join(f"{line}\n" for line in host_kill))
         if pumps.oom_seen.is_set() or code != 0 or host_kill:
             snapshot.take()  # a no-op when the OOM line already took it
-            _write_bundle(out, cmd, started, clock(), code, sampler, nvml, snapshot.data, pumps.oom_seen.is_set(), kills_before, kills_after)
+            _write_bundle(out, cmd, started, clock(), code, sampler, nvml, snapshot.data, pumps.oom_seen.is_set(), kills_before, kills_after, (tee.gaps, tee.gap_bytes))
             _write_report(out, stderr, textfile_dir)
         else:
             _say(stderr, f"oomdoctor: the server exited cleanly; log at {out / 'server.log'}")
@@ -260,6 +268,7 @@ def _write_bundle(
     oom: bool,
     kills_before: tuple[int, str] | None = None,
     kills_after: tuple[int, str] | None = None,
+    log_gaps: tuple[int, int] = (0, 0),
 ) -> None:
     from oomdoctor.input.redact import redact_text
 
@@ -277,6 +286,8 @@ def _write_bundle(
         "gpus": snapshot.get("gpus", []),
         "snapshot_unix": snapshot.get("t"),
         "logs": ["server.log", *([RECORDER_LOG] if (out / RECORDER_LOG).exists() else [])],
+        # Output the recorder had no room for (its log writer fell behind): not in server.log, marked there.
+        "log_gaps": {"count": log_gaps[0], "bytes": log_gaps[1]},
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     samples = list(sampler.samples) if sampler is not None else []

@@ -141,6 +141,13 @@ class Redactor:
         """Forget an unfinished PEM block (call between files; a cut block then stops at the file's end)."""
         self._pem_prefix = None
 
+    def after_gap(self) -> None:
+        """Lines are missing here (a log writer that fell behind): they may have held a PEM block's BEGIN line, so the
+        key material that follows is redacted as the rest of a block until a line that is none (an alphanumeric-only
+        line right after the gap is redacted too; a key in clear would be worse)."""
+        if self._pem_prefix is None:
+            self._pem_prefix = ""
+
     def learn(self, text: str) -> None:
         """Collect host names named in ``text`` (hostname=..., NCCL prefixes) without redacting it.
 

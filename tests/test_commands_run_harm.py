@@ -1,0 +1,133 @@
+"""`oomdoctor run` never harms the server it watches nor hangs on it (issue 24): the pass-through never
+waits for the recorder, the server's exit ends the recording even while a worker it left holds its
+pipes, and signals to the wrapper reach every process of the server, or none when they are not forwarded.
+
+The hang guards are generous (tens of seconds against a wait that would otherwise last forever); no
+test asserts how fast anything is: benchmarks/run_overhead.py measures that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from oomdoctor.commands import run as flight
+from oomdoctor.commands import run_log
+from oomdoctor.input.redact import Redactor
+
+import fakes
+
+GUARD_S = 25
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "oomdoctor", "run", *args]
+
+
+def _wait_for(path: Path, timeout: float = GUARD_S) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.stat().st_size:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _kill(pid_file: Path) -> None:
+    """Kill the worker a test's server left behind, if it is still there."""
+    if pid_file.exists() and pid_file.read_text().strip():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+# --- the pass-through never waits for the recorder -------------------------------------------------
+
+FLOOD_CHILD = textwrap.dedent(
+    """
+    import pathlib, sys
+    out = sys.stdout.buffer
+    line = b"INFO 03-02 10:00:41 [logger.py:43] Received request cmpl-0: params: SamplingParams(n=1, stop_token_ids=[], max_tokens=16)\\n"
+    for i in range(600_000):  # ~70 MB
+        out.write(b"%07d " % i + line)
+    out.write(b"last line\\n")
+    out.flush()
+    pathlib.Path(sys.argv[1]).write_text("done")
+    """
+)
+
+
+def test_a_stalled_log_writer_never_slows_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log writer stalls until the server is done (a slow disk, a redaction that cannot keep up): the server still
+    writes all its output and exits; what the log could not take is one gap in server.log, counted and said."""
+    done = tmp_path / "done"
+    released: list[bool] = []
+    real = Redactor.log_bytes
+
+    def stalled(self: Redactor, data: bytes) -> bytes:
+        if not released:
+            # Before issue 24 the pumps waited on the writer, the server on its full pipe: it never got done.
+            released.append(_wait_for(done))
+        return real(self, data)
+
+    monkeypatch.setattr(Redactor, "log_bytes", stalled)
+    script = tmp_path / "child.py"
+    script.write_text(FLOOD_CHILD)
+    out, err = io.BytesIO(), io.BytesIO()
+    code = flight.run([sys.executable, str(script), str(done)], str(tmp_path / "rec"), nvml_module=fakes.FakeNvml(fakes.load("idle_reserved")), psutil_module=None, stdout=out, stderr=err)
+    assert released == [True], "the server could not finish while the log writer stalled"
+    assert code == 0
+    passed = out.getvalue()
+    assert passed.count(b"\n") == 600_001 and passed.endswith(b"last line\n")  # the terminal got every byte
+    log = (tmp_path / "rec" / "latest" / "server.log").read_bytes()
+    lines = log.splitlines(keepends=True)
+    gaps = [line for line in lines if line.startswith(b"[oomdoctor run: ")]
+    assert len(gaps) == 1 and b"not recorded here: the recorder fell behind" in gaps[0]
+    kept = [line for line in lines if not line.startswith(b"[oomdoctor run: ")]
+    # Whole lines of the server, in order, around the gap; and the bytes the gap names are the bytes missing.
+    recorded = set(kept)
+    assert kept == [line for line in passed.splitlines(keepends=True) if line in recorded]
+    assert log.endswith(b"last line\n")  # the oldest output waiting was dropped, never the newest
+    missing = int(gaps[0].split(b" bytes")[0].rsplit(b" ", 1)[1])
+    assert missing == len(passed) - sum(map(len, kept)) > 0
+    said = err.getvalue().decode()
+    assert said.count("fell behind") == 1 and f"{missing} bytes" in said
+
+
+def test_the_gap_keeps_whole_lines_and_redacts_what_follows(tmp_path: Path) -> None:
+    """The oldest chunks waiting are dropped, with the unfinished line before them and the rest of the line they cut,
+    so that no piece of a line (nor of a secret) reaches the log; the newest lines are kept and redacted as ever."""
+    errors: list[str] = []
+    log = run_log.BoundedLog(tmp_path / "server.log", 1 << 30, errors.append)
+    tee = run_log.LogTee(log, Redactor(), max_queued=40)
+    writing, gate = threading.Event(), threading.Event()
+    real_write = log.write
+
+    def stalled_write(data: bytes) -> None:
+        writing.set()
+        assert gate.wait(GUARD_S)
+        real_write(data)
+
+    log.write = stalled_write  # type: ignore[method-assign]
+    tee.put(0, b"first line\nhalf of api_key=")  # taken by the writer, which stalls writing its first line
+    assert writing.wait(GUARD_S)
+    tee.put(0, b"s3cr3t01234567 and")  # 18 bytes wait
+    tee.put(0, b"89 and the rest\nand a line cut in tw")  # 18 + 36 > 40: the 18 are dropped
+    tee.put(0, b"o\nnext api_key=abcdef0123456789\n")  # 36 + 33 > 40: the 36 are dropped, the same gap
+    gate.set()
+    tee.close()
+    lost = len(b"half of api_key=") + 18 + 36 + len(b"o\n")
+    assert (tmp_path / "server.log").read_bytes() == (
+        b"first line\n"
+        + f"[oomdoctor run: {lost} bytes of the server's stdout not recorded here: the recorder fell behind (they passed through)]\n".encode()
+        + b"next api_key=<redacted>\n"
+    )
+    assert (tee.gaps, tee.gap_bytes) == (1, lost) and errors == []
