@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -131,3 +133,50 @@ def test_the_gap_keeps_whole_lines_and_redacts_what_follows(tmp_path: Path) -> N
         + b"next api_key=<redacted>\n"
     )
     assert (tee.gaps, tee.gap_bytes) == (1, lost) and errors == []
+
+
+# --- the server's exit ends the recording ----------------------------------------------------------
+
+# The OOM killer's case: the server is SIGKILLed and a worker it started lives on, holding the server's
+# stdout and stderr (inherited), writing one more line soon after and then nothing for a long time.
+ORPHAN_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    pid_file = sys.argv[1]
+    worker = os.fork()
+    if worker == 0:
+        time.sleep(0.3)
+        print("worker: still here after the server died", flush=True)
+        time.sleep(600)
+        os._exit(0)
+    with open(pid_file, "w") as f:
+        f.write(str(worker))
+    print("[2026-03-02 10:00:41 TP0] Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_a_worker_holding_the_pipes_does_not_hold_the_report(tmp_path: Path) -> None:
+    """The server is SIGKILLed while its worker keeps the pipes open: the recorder drains what comes for a bounded
+    time, writes the report and exits with 137, without waiting for the worker (before issue 24: not until it exited)."""
+    script, pid_file, rec = tmp_path / "child.py", tmp_path / "worker.pid", tmp_path / "rec"
+    script.write_text(ORPHAN_CHILD)
+    p = subprocess.Popen(_cli("--out", str(rec), "--", sys.executable, str(script), str(pid_file)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/")
+    try:
+        out, err = p.communicate(timeout=GUARD_S)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f"oomdoctor run did not finish while the dead server's worker held its pipes: {err.decode()[-500:]}")
+    finally:
+        _kill(pid_file)
+    assert p.returncode == 137, err.decode()
+    run_dir = rec / "latest"
+    log = (run_dir / "server.log").read_bytes()
+    assert b"CUDA out of memory" in log
+    assert b"worker: still here after the server died\n" in log and b"worker: still here" in out  # drained, and passed through
+    assert (run_dir / "report.html").exists() and json.loads((run_dir / "manifest.json").read_text())["child_exit_code"] == -9
+    assert "SIGKILL" in (run_dir / flight.RECORDER_LOG).read_text()
+    said = err.decode()
+    assert "still holds the server's output" in said and "report at" in said

@@ -9,7 +9,9 @@ child prints an OOM or exits abnormally, the processes are snapshotted at once a
 (log, samples, snapshot) and the diagnosis report. A child killed by SIGKILL (exit 137, -9: the
 kernel OOM killer's signature) and a rise of the memory cgroup's OOM-kill counter are written to
 RUN/recorder.log in words the host-OOM rules read. The wrapper forwards SIGINT/SIGTERM/SIGHUP, never
-kills the child, and exits with the child's own code. When the recorder's own stdout or stderr goes
+kills the child, and exits with the child's own code. The server's exit ends the recording: the pipes
+are drained while output still comes (a worker of a dead server can hold them open for as long as it
+lives), then the report is written. When the recorder's own stdout or stderr goes
 away (a closed pipe, a terminal that hung up), the server's output on it is dropped, the recorder says
 so once and keeps recording: killing the server for want of a reader would lose what it was recording.
 The pass-through never waits for the log: when its writer falls behind, what it had no room for is a
@@ -47,6 +49,9 @@ LATEST = "latest"
 RECORDER_LOG = "recorder.log"
 # server.log keeps the first and the last this many MB (the startup evidence and the failure).
 DEFAULT_KEEP_MB = 64
+# After the server's exit the pipes are read until they end, or stay quiet this long, or at most this long.
+DRAIN_QUIET_S = 1.0
+DRAIN_MOST_S = 10.0
 
 
 def _default_stream(name: str) -> BinaryIO | None:
@@ -176,8 +181,7 @@ def _record(
     snapshot = Snapshot(nvml, psutil_module, clock, enabled=sampler is not None)
 
     started = clock()
-    fds = [cast(BinaryIO, child.stdout).fileno(), cast(BinaryIO, child.stderr).fileno()]
-    pumps = Pumps(fds, sinks, tee.put, snapshot.take_at_oom)
+    pumps = Pumps((cast(BinaryIO, child.stdout), cast(BinaryIO, child.stderr)), sinks, tee.put, snapshot.take_at_oom)
 
     forwarded: list[int] = []
 
@@ -200,7 +204,8 @@ def _record(
                 break
             except KeyboardInterrupt:
                 continue  # forwarded already; keep waiting for the child
-        pumps.join()
+        if not pumps.drain(DRAIN_QUIET_S, DRAIN_MOST_S):
+            _say(stderr, "oomdoctor: the server exited, but a process it started still holds the server's output; server.log has what it wrote until it fell quiet")
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
