@@ -180,3 +180,134 @@ def test_a_worker_holding_the_pipes_does_not_hold_the_report(tmp_path: Path) -> 
     assert "SIGKILL" in (run_dir / flight.RECORDER_LOG).read_text()
     said = err.decode()
     assert "still holds the server's output" in said and "report at" in said
+
+
+# --- signals --------------------------------------------------------------------------------------
+
+# A server and the worker it started, each saying which signal reached it; USR1 would be said too.
+GROUP_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    seen = sys.argv[1]
+    def on(sig, frame):
+        with open(seen, "a") as f:
+            f.write(f"{role} {sig}\\n")
+        if sig != signal.SIGUSR1:
+            os._exit(40 + sig % 10)
+    role = "server"
+    if os.fork() == 0:
+        role = "worker"
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(s, on)
+    with open(seen, "a") as f:
+        f.write(f"{role} ready {os.getpid()}\\n")
+    time.sleep(60)
+    os._exit(1)
+    """
+)
+
+
+def _group_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    script, seen, rec = tmp_path / "child.py", tmp_path / "seen", tmp_path / "rec"
+    script.write_text(GROUP_CHILD)
+    p = subprocess.Popen(_cli("--out", str(rec), "--", sys.executable, str(script), str(seen)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/")
+    deadline = time.monotonic() + GUARD_S
+    while time.monotonic() < deadline and not (seen.exists() and seen.read_text().count("ready") == 2):
+        time.sleep(0.01)
+    return p, seen, rec
+
+
+def _roles(seen: Path, sig: int) -> set[str]:
+    return {line.split()[0] for line in seen.read_text().splitlines() if line.split()[1] == str(int(sig))}
+
+
+def _end(p: subprocess.Popen[bytes], seen: Path) -> None:
+    """Kill the wrapper and whatever is left of the server and its worker."""
+    p.kill()
+    p.wait()
+    for line in seen.read_text().splitlines() if seen.exists() else []:
+        if line.split()[1] == "ready":
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.split()[2]), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_to_the_wrapper_reaches_the_servers_whole_process_group(tmp_path: Path, sig: int) -> None:
+    """kill -TERM <oomdoctor run>: the server and its worker both get it (before issue 24 only the server did)."""
+    p, seen, _ = _group_run(tmp_path)
+    try:
+        p.send_signal(sig)
+        deadline = time.monotonic() + GUARD_S
+        while time.monotonic() < deadline and _roles(seen, sig) != {"server", "worker"}:
+            time.sleep(0.01)
+        assert _roles(seen, sig) == {"server", "worker"}, seen.read_text()
+        _, err = p.communicate(timeout=GUARD_S)
+    finally:
+        _end(p, seen)
+    assert p.returncode == 40 + int(sig) % 10, err.decode()
+
+
+def test_an_unforwarded_signal_kills_neither_the_wrapper_nor_the_server(tmp_path: Path) -> None:
+    """USR1 to the wrapper (its default action would end it, and the server with its pipes): nothing happens to either."""
+    p, seen, rec = _group_run(tmp_path)
+    try:
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
+        assert p.poll() is None, p.communicate()[1].decode()  # before issue 24: the wrapper died of it
+        assert _roles(seen, signal.SIGUSR1) == set()  # not forwarded
+        p.send_signal(signal.SIGUSR2)
+        time.sleep(0.3)
+        assert p.poll() is None
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=GUARD_S)
+    finally:
+        _end(p, seen)
+    assert p.returncode == 45, err.decode()
+    assert err.decode().count("SIGUSR1 was not forwarded to the server") == 1
+    assert (rec / "latest" / "server.log").exists()
+
+
+SIGNAL_AFTER_DEATH_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    pid_file, seen = sys.argv[1], sys.argv[2]
+    worker = os.fork()
+    if worker == 0:
+        def on(sig, frame):
+            with open(seen, "a") as f:
+                f.write(f"worker {sig}\\n")
+            os._exit(0)
+        signal.signal(signal.SIGTERM, on)
+        for i in range(3000):  # chatty: the recorder is never left waiting on a quiet pipe
+            print(f"worker: line {i}", flush=True)
+            time.sleep(0.2)
+        os._exit(0)
+    with open(pid_file, "w") as f:
+        f.write(str(worker))
+    time.sleep(0.2)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_a_signal_after_the_server_died_reaches_the_worker_left_behind(tmp_path: Path) -> None:
+    """TERM to the wrapper while it drains a dead server's pipes (its worker holds them, writing): the worker gets
+    it, so the pipes close and the recording ends (before issue 24 the signal went to the dead server and was lost)."""
+    script, pid_file, seen, rec = tmp_path / "child.py", tmp_path / "worker.pid", tmp_path / "seen", tmp_path / "rec"
+    script.write_text(SIGNAL_AFTER_DEATH_CHILD)
+    p = subprocess.Popen(_cli("--out", str(rec), "--", sys.executable, str(script), str(pid_file), str(seen)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/")
+    try:
+        assert _wait_for(pid_file)
+        time.sleep(1.0)  # the server has SIGKILLed itself; its worker holds the pipes and keeps writing
+        assert p.poll() is None
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=GUARD_S)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+        pytest.fail(f"oomdoctor run did not finish: {err.decode()[-500:]}")
+    finally:
+        _kill(pid_file)
+    assert seen.exists() and seen.read_text() == "worker 15\n", err.decode()
+    assert p.returncode == 137
+    assert b"worker: line 0\n" in (rec / "latest" / "server.log").read_bytes()
