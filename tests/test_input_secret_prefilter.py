@@ -139,3 +139,31 @@ def test_lists_of_numbers_are_replaced_as_the_rule_replaces_them(key: str, quote
 def test_the_fast_path_on_the_corpora_and_the_request_lines() -> None:
     for line in [*_corpus_lines(), *_request_lines(50, seed=7), *(b.decode("utf-8", "surrogateescape").rstrip("\n") for b in _file_lines()[:20000])]:
         _fast_equals_the_rules(line)
+
+
+def _log_bytes_equals_the_rules(line: str) -> None:
+    data = (line + "\n").encode("utf-8", "surrogateescape")
+    expected = Redactor().text(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+    assert Redactor().log_bytes(data) == expected, line
+
+
+@settings(max_examples=400)
+@given(st.lists(st.one_of(st.sampled_from(KV_FRAGMENTS), st.text(max_size=4)), min_size=1, max_size=16))
+def test_log_bytes_with_the_prefilter_s_own_key_hits_writes_what_every_rule_writes(parts: list[str]) -> None:
+    """log_bytes hands the fast path the kv piece's matches from its one pass over the chunk, instead of a second search."""
+    _log_bytes_equals_the_rules("".join(parts).replace("\n", " "))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "\u00e9token=token=secret0123",  # the first key is no key to the rule (\u00e9 is a word character), the second is
+        "x_token=api_key=s3cr3t0123 and token: [1, 2]",
+        "a: prompt_token_ids: [1, 2, 3], token=abc",
+        "'api_key': 'k3y' \"token\"= x",
+        "token://user:pass@host",  # url_userinfo starts at the kv piece's ':': hidden from the one pass
+    ],
+)
+def test_keys_hidden_from_the_one_pass_are_still_tried(line: str) -> None:
+    _log_bytes_equals_the_rules(line)
+    _fast_equals_the_rules(line)

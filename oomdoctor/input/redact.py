@@ -87,27 +87,28 @@ class Redactor:
         the bytes around its secrets. With ``pii`` every line is redacted (pseudonyms are not prefiltered).
         """
         # Imported here: only a log stream uses the prefilter, so a plain diagnose's start does not load it.
-        from oomdoctor.input.secret_prefilter import kv_only_line, secret_line_starts
+        from oomdoctor.input.secret_prefilter import flagged_lines, kv_only_line
 
         every = self.pii
-        starts = iter(() if every else secret_line_starts(data))
+        lines = iter(() if every else flagged_lines(data))
         out: list[bytes] = []
         done = pos = 0  # bytes of data already in `out`; start of the next line to look at
         size = len(data)
-        flagged = next(starts, None)
+        flagged = next(lines, None)
         while pos < size:
+            hits = None
             if self._pem_prefix is None and not every:  # outside a block: jump to the next flagged line
-                while flagged is not None and flagged < pos:
-                    flagged = next(starts, None)
+                while flagged is not None and flagged[0] < pos:
+                    flagged = next(lines, None)
                 if flagged is None:
                     break
-                pos = flagged
+                pos, hits = flagged
             end = data.find(b"\n", pos) + 1 or size
-            if self._pem_prefix is None and not every:
-                # Most flagged lines can only meet the kv rule (a request log's `stop_token_ids=[]`): it is
-                # tried where keys start, not scanned over the line by every rule (secret_prefilter).
+            if hits is not None:
+                # Flagged by the kv piece alone (a request log's `stop_token_ids=[]`), as most lines are: the kv
+                # rule is tried where the keys start, not every rule scanned over the line (secret_prefilter).
                 line = data[pos:end]
-                fast = kv_only_line(line)
+                fast = kv_only_line(line, hits=hits)
                 if fast is not None:
                     if fast is not line:  # the line itself comes back when nothing changed
                         out += (data[done:pos], fast)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     class _Prefilter(Protocol):
         def finditer(self, text: bytes) -> Iterator[Any]: ...
         def search(self, text: bytes) -> Any: ...
+        def match(self, text: bytes, pos: int = 0) -> Any: ...
 
 
 # `oomdoctor run` redacts server.log while the server writes it, a chunk of lines at a time. Decoding
@@ -114,8 +115,9 @@ def _pieces() -> tuple[tuple[str, bytes], ...]:
     )
 
 
-def _alternation(pieces: tuple[tuple[str, bytes], ...]) -> bytes:
-    return rb"(?m)(?:" + rb"|".join(rb"(?:" + piece + rb")" for _, piece in pieces) + rb")"
+def _alternation(pieces: tuple[tuple[str, bytes], ...], capture: str = "") -> bytes:
+    """The pieces as one regex; the piece named ``capture`` in the one capturing group (which piece a match is)."""
+    return rb"(?m)(?:" + rb"|".join((rb"(" if name == capture else rb"(?:") + piece + rb")" for name, piece in pieces) + rb")"
 
 
 def _prefilter_source() -> bytes:
@@ -123,7 +125,7 @@ def _prefilter_source() -> bytes:
     uses it, and building it costs ~0.3 ms that a plain diagnose's start need not pay."""
     global _prefilter_text
     if _prefilter_text is None:
-        _prefilter_text = _alternation(_pieces())
+        _prefilter_text = _alternation(_pieces(), capture="kv")
     return _prefilter_text
 
 
@@ -156,15 +158,34 @@ def prefilter(engine: str = "auto") -> _Prefilter:
 
 def secret_line_starts(data: bytes, engine: str = "auto") -> list[int]:
     """Offsets of the lines of ``data`` (split at b"\\n") that the prefilter flags: every line a rule could change is among them."""
-    starts: list[int] = []
+    return [start for start, _ in flagged_lines(data, engine)]
+
+
+_ALNUM = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+# A kv match with its key: (where the key starts, where the match ends), in bytes from the line's start.
+KeyHits = list[tuple[int, int]]
+
+
+def flagged_lines(data: bytes, engine: str = "auto") -> list[tuple[int, KeyHits | None]]:
+    """The lines of ``data`` the prefilter flags: (offset, the kv piece's matches on it, or None when another piece matched there)."""
+    lines: list[tuple[int, KeyHits | None]] = []
     rfind = data.rfind
-    last = -1
+    start = -1
+    hits: KeyHits | None = None
     for m in prefilter(engine).finditer(data):
-        start = rfind(b"\n", 0, m.start()) + 1
-        if start != last:
-            starts.append(start)
-            last = start
-    return starts
+        at = m.start()
+        line = rfind(b"\n", 0, at) + 1
+        if line != start:
+            start, hits = line, []
+            lines.append((start, hits))
+        if hits is None:
+            continue
+        if m.start(1) < 0:  # another piece
+            hits = None
+            lines[-1] = (start, None)
+        else:  # the kv piece: its key starts after the byte before it, or at the line's start (`^`)
+            hits.append((at - start + (data[at] not in _ALNUM), m.end() - start))
+    return lines
 
 
 # --- the kv fast path ------------------------------------------------------------------------------
@@ -199,14 +220,16 @@ _shapes: dict[tuple[str, str, str, int], str | None] = {}
 
 def _number_count(value: str) -> int:
     """How many numbers the list ``value`` holds when it is printed as Python prints a list of ints, else 0."""
-    inner = value[1:-1]
-    if value[:1] != "[" or value[-1:] != "]" or not inner.isascii():
+    if value[:1] != "[" or value[-1:] != "]" or not value.isascii():
         return 0
-    # Digits and ", " only, every ", " between two numbers (str methods: a split of a few hundred ids costs more).
-    commas = inner.count(",")
-    if commas != inner.count(", ") or ", , " in inner or inner.startswith(", ") or inner.endswith(", ") or not inner.replace(", ", "").isdigit():
+    # In bytes (str's digit tests are Unicode's, several times slower): digits and ", " only, each ", "
+    # between two numbers. A split into a few hundred items would cost more than the rule's own work saved.
+    inner = value[1:-1].encode("ascii")
+    separators = inner.translate(None, b"0123456789")
+    count = len(separators) // 2 + 1
+    if not inner or separators != b", " * (count - 1) or b", , " in inner or inner.startswith(b", ") or inner.endswith(b", "):
         return 0
-    return commas + 1
+    return count
 
 
 def _replaced(m: re.Match[str], kv: re.Pattern[str], replace: Any) -> str:
@@ -249,10 +272,29 @@ def _fast_path(engine: str) -> tuple[_Prefilter, _Prefilter, _Prefilter, re.Patt
     return _fast[engine]
 
 
-def kv_only_line(raw: bytes, engine: str = "auto") -> bytes | None:
+def _key_starts(raw: bytes, keys: _Prefilter, hits: KeyHits | None) -> list[int]:
+    """Where keys the kv rule could match start in ``raw``: found by ``keys``, or from the kv piece's ``hits`` on the line
+    (``flagged_lines``) and the keys that start right where one of them ends (hidden from the piece: it took their leading byte)."""
+    if hits is None:
+        return [m.start() for m in keys.finditer(raw)]
+    starts = []
+    for key, end in hits:
+        starts.append(key)
+        while raw[end : end + 1] and raw[end] in _ALNUM:
+            m = keys.match(raw, end)
+            if m is None:
+                break
+            starts.append(end)
+            end = m.end()
+    return starts
+
+
+def kv_only_line(raw: bytes, engine: str = "auto", hits: KeyHits | None = None) -> bytes | None:
     """One line (its newline included) redacted as ``redact_secrets`` would, when no rule but kv can change it; None when another could.
 
-    ``raw`` itself comes back when nothing changed. Lines are decoded with surrogateescape, as ``Redactor.log_bytes`` decodes them.
+    ``raw`` itself comes back when nothing changed. Lines are decoded with surrogateescape, as ``Redactor.log_bytes``
+    decodes them. ``hits``: the kv piece's matches on the line when no other piece matched it (``flagged_lines``),
+    which saves looking for its keys.
     """
     fast = _fast_path(engine)
     if fast is None:
@@ -264,8 +306,8 @@ def kv_only_line(raw: bytes, engine: str = "auto") -> bytes | None:
     ascii_only = len(text) == len(raw)
     out: list[str] = []
     done = 0  # characters of text already in `out` (a match's end: `sub` goes on from there too)
-    for key in keys.finditer(raw):
-        at = key.start() if ascii_only else len(raw[: key.start()].decode("utf-8", "surrogateescape"))
+    for key in _key_starts(raw, keys, hits):
+        at = key if ascii_only else len(raw[:key].decode("utf-8", "surrogateescape"))
         for start in (at - 1, at) if at and text[at - 1] in "'\"" else (at,):
             if start < done:
                 continue
