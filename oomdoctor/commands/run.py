@@ -12,7 +12,8 @@ RUN/recorder.log in words the host-OOM rules read. The server runs in a process 
 wrapper forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to that group (the server and every worker it started,
 also after the server itself died), takes SIGUSR1/SIGUSR2 without forwarding them (their default
 action would end the wrapper, and the server with its pipes), never kills the child, and exits with
-the child's own code. The server's exit ends the recording: the pipes are drained while output still
+the child's own code. (In a terminal the server is so a background job: Ctrl-Z stops the wrapper
+alone, and a server that read the terminal would be stopped; servers read none.) The server's exit ends the recording: the pipes are drained while output still
 comes (a worker of a dead server can hold them open for as long as it lives), then the report is
 written. When the recorder's own stdout or stderr goes away (a closed pipe, a terminal that hung up),
 the server's output on it is dropped, the recorder says so once and keeps recording: killing the
