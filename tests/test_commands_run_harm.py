@@ -182,6 +182,33 @@ def test_a_worker_holding_the_pipes_does_not_hold_the_report(tmp_path: Path) -> 
     assert "still holds the server's output" in said and "report at" in said
 
 
+# A launcher: it starts the server in the background and exits 0; the server, holding the pipes, is quiet for a
+# while and then writes again.
+LAUNCHER_CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    if os.fork() == 0:
+        time.sleep(1.6)  # longer than the recorder's quiet second
+        print("server: ready after a quiet while", flush=True)
+        os._exit(0)
+    print("launcher: server started", flush=True)
+    """
+)
+
+
+def test_a_launcher_that_exits_cleanly_is_recorded_until_its_server_closes_the_pipes(tmp_path: Path) -> None:
+    """Only a server's death ends the recording early: after a clean exit, a server it left running is still recorded
+    (ending there would take its reader away: its next write would fail)."""
+    script = tmp_path / "child.py"
+    script.write_text(LAUNCHER_CHILD)
+    out, err = io.BytesIO(), io.BytesIO()
+    code = flight.run([sys.executable, str(script)], str(tmp_path / "rec"), nvml_module=fakes.FakeNvml(fakes.load("idle_reserved")), psutil_module=None, stdout=out, stderr=err)
+    assert code == 0
+    assert out.getvalue() == b"launcher: server started\nserver: ready after a quiet while\n"
+    assert (tmp_path / "rec" / "latest" / "server.log").read_bytes() == out.getvalue()
+    assert "still holds" not in err.getvalue().decode()
+
+
 # --- signals --------------------------------------------------------------------------------------
 
 # A server and the worker it started, each saying which signal reached it; USR1 would be said too.

@@ -13,9 +13,10 @@ wrapper forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to that group (the server and eve
 also after the server itself died), takes SIGUSR1/SIGUSR2 without forwarding them (their default
 action would end the wrapper, and the server with its pipes), never kills the child, and exits with
 the child's own code. (In a terminal the server is so a background job: Ctrl-Z stops the wrapper
-alone, and a server that read the terminal would be stopped; servers read none.) The server's exit ends the recording: the pipes are drained while output still
-comes (a worker of a dead server can hold them open for as long as it lives), then the report is
-written. When the recorder's own stdout or stderr goes away (a closed pipe, a terminal that hung up),
+alone, and a server that read the terminal would be stopped; servers read none.) A server's death
+ends the recording: its pipes are drained while output still comes (a worker of a dead server can hold
+them open for as long as it lives), then the report is written; after a clean exit they are read until
+they close, as a launcher that leaves the server running needs. When the recorder's own stdout or stderr goes away (a closed pipe, a terminal that hung up),
 the server's output on it is dropped, the recorder says so once and keeps recording: killing the
 server for want of a reader would lose what it was recording. The pass-through never waits for the
 log: when its writer falls behind, what it had no room for is a counted gap in server.log.
@@ -246,7 +247,12 @@ def _record(
                 break
             except KeyboardInterrupt:
                 continue  # the default handler's (a recorder not on the main thread): keep waiting for the child
-        if not pumps.drain(DRAIN_QUIET_S, DRAIN_MOST_S):
+        # A server that died (a signal, a failure) and left a worker holding its pipes: the recording ends once they are
+        # quiet. One that exited cleanly with its pipes still held is a launcher that left the server running (a script
+        # that backgrounds it): recorded until they close, as ever, since the wrapper's exit would take its reader away.
+        if code == 0:
+            pumps.drain(float("inf"), float("inf"))
+        elif not pumps.drain(DRAIN_QUIET_S, DRAIN_MOST_S):
             _say(stderr, "oomdoctor: the server exited, but a process it started still holds the server's output; server.log has what it wrote until it fell quiet")
     finally:
         if sampler is not None:
