@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -81,7 +82,11 @@ def test_500_mb_under_keep_mb_16_leaves_32_mb_with_head_and_tail(tmp_path: Path)
     assert SECRET.encode() not in log
     dropped = int(log[marker_at:marker_end].split(b"run: ")[1].split(b" bytes")[0])
     total = sum(len(redacted(_block(i))) for i in (0, BLOCKS - 1)) + (BLOCKS - 2) * len(_block(1))
-    assert 16_000_000 + dropped + len(tail) == total
+    # A child this fast can outrun the log writer: the pass-through never waits for it, the oldest output waiting is
+    # dropped instead (never the head nor the newest 16 MB), each gap one line of about 120 bytes in what was dropped.
+    behind = re.search(r"the recorder fell behind the server: (\d+) bytes .* \((\d+) gap\(s\)", res.stderr.decode())
+    gap_bytes, gaps = (int(behind[1]), int(behind[2])) if behind else (0, 0)
+    assert 0 <= 16_000_000 + dropped + len(tail) - (total - gap_bytes) <= gaps * 130
     print(f"500 MB through `oomdoctor run --keep-mb 16` in {took:.2f} s, {sum(on_disk.values()) / 1e6:.1f} MB on disk")
 
 

@@ -8,10 +8,18 @@ secret never reaches the disk); NVML is sampled into a ring buffer at a bounded 
 child prints an OOM or exits abnormally, the processes are snapshotted at once and RUN gets a bundle
 (log, samples, snapshot) and the diagnosis report. A child killed by SIGKILL (exit 137, -9: the
 kernel OOM killer's signature) and a rise of the memory cgroup's OOM-kill counter are written to
-RUN/recorder.log in words the host-OOM rules read. The wrapper forwards SIGINT/SIGTERM/SIGHUP, never
-kills the child, and exits with the child's own code. When the recorder's own stdout or stderr goes
-away (a closed pipe, a terminal that hung up), the server's output on it is dropped, the recorder says
-so once and keeps recording: killing the server for want of a reader would lose what it was recording.
+RUN/recorder.log in words the host-OOM rules read. The server runs in a process group of its own: the
+wrapper forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to that group (the server and every worker it started,
+also after the server itself died), takes SIGUSR1/SIGUSR2 without forwarding them (their default
+action would end the wrapper, and the server with its pipes), never kills the child, and exits with
+the child's own code. (In a terminal the server is so a background job: Ctrl-Z stops the wrapper
+alone, and a server that read the terminal would be stopped; servers read none.) A server's death
+ends the recording: its pipes are drained while output still comes (a worker of a dead server can hold
+them open for as long as it lives), then the report is written; after a clean exit they are read until
+they close, as a launcher that leaves the server running needs. When the recorder's own stdout or stderr goes away (a closed pipe, a terminal that hung up),
+the server's output on it is dropped, the recorder says so once and keeps recording: killing the
+server for want of a reader would lose what it was recording. The pass-through never waits for the
+log: when its writer falls behind, what it had no room for is a counted gap in server.log.
 """
 
 from __future__ import annotations
@@ -45,6 +53,16 @@ LATEST = "latest"
 RECORDER_LOG = "recorder.log"
 # server.log keeps the first and the last this many MB (the startup evidence and the failure).
 DEFAULT_KEEP_MB = 64
+# Sent on to the server's process group. QUIT too: in a process group of its own, the server no longer
+# gets a terminal's Ctrl-\ itself.
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# Neither forwarded nor fatal: by default they end a process, and the wrapper's end would take the server's pipes.
+UNFORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
+# After the server's exit the pipes are read until they end, or stay quiet this long, or at most this long.
+DRAIN_QUIET_S = 1.0
+DRAIN_MOST_S = 10.0
+# The server's own process group (setpgid in the child before exec; Python 3.10 has no process_group).
+_OWN_GROUP: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 
 def _default_stream(name: str) -> BinaryIO | None:
@@ -101,6 +119,46 @@ def _discard_run_dir(run_dir: Path) -> None:
         run_dir.rmdir()
 
 
+class _Signals:
+    """The wrapper's signal handlers for one recording (main thread only: Python handles signals there).
+
+    Installed before the server starts, so that a signal in the first moments neither ends the wrapper
+    nor is lost: one that comes before the server has a process group is sent on as soon as it has one.
+    """
+
+    def __init__(self) -> None:
+        self.group: int | None = None
+        self.early: list[int] = []
+        self.unforwarded: list[str] = []
+        self.previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in FORWARDED:
+                self.previous[sig] = signal.signal(sig, self._forward)
+            for sig in UNFORWARDED:
+                self.previous[sig] = signal.signal(sig, self._unforwarded)
+
+    def _forward(self, signum: int, frame: Any) -> None:
+        if self.group is None:
+            self.early.append(signum)
+            return
+        # The group outlives its leader while a worker is left in it (the kernel hands out no id a group still
+        # has); once it is empty, the signal finds no one.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.group, signum)
+
+    def _unforwarded(self, signum: int, frame: Any) -> None:
+        self.unforwarded.append(signal.Signals(signum).name)  # said after the recording: a handler writes nothing
+
+    def started(self, pid: int) -> None:
+        self.group = pid
+        for signum in self.early:
+            self._forward(signum, None)
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
 def run(
     cmd: list[str],
     out_dir: str,
@@ -129,9 +187,11 @@ def run(
     except OSError as exc:
         raise OutputError(f"{out_dir}: cannot create the run directory ({exc.strerror or exc})") from None
     lock_fd = lock_run_dir(out)
+    signals = _Signals()  # until the report is written: a TERM then is the server's, not the end of the wrapper
     try:
-        return _record(cmd, root, out, interval_ms, nvml_module, psutil_module, stdout, stderr, keep_samples, clock, redact, oom_kills, int(keep_mb * 1e6), log_opener, textfile_dir)
+        return _record(cmd, root, out, signals, interval_ms, nvml_module, psutil_module, stdout, stderr, keep_samples, clock, redact, oom_kills, int(keep_mb * 1e6), log_opener, textfile_dir)
     finally:
+        signals.restore()
         os.close(lock_fd)  # the lock file stays: removing it would race a recorder that opened it
 
 
@@ -139,6 +199,7 @@ def _record(
     cmd: list[str],
     root: Path,
     out: Path,
+    signals: _Signals,
     interval_ms: int,
     nvml_module: Any,
     psutil_module: Any,
@@ -161,11 +222,12 @@ def _record(
     kills_before = oom_kills()
 
     try:
-        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, **_OWN_GROUP)
     except OSError as exc:
         log.close()
         _discard_run_dir(out)
         raise InputError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
+    signals.started(child.pid)
     point_latest(root, out)
     psutil_module = procinfo.load_psutil(psutil_module)  # after the start: importing psutil need not delay the server
     tee = LogTee(log, Redactor() if redact else None)  # closes the log
@@ -174,20 +236,7 @@ def _record(
     snapshot = Snapshot(nvml, psutil_module, clock, enabled=sampler is not None)
 
     started = clock()
-    fds = [cast(BinaryIO, child.stdout).fileno(), cast(BinaryIO, child.stderr).fileno()]
-    pumps = Pumps(fds, sinks, tee.put, snapshot.take_at_oom)
-
-    forwarded: list[int] = []
-
-    def forward(signum: int, frame: Any) -> None:
-        forwarded.append(signum)
-        with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signum)
-
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            previous[sig] = signal.signal(sig, forward)
+    pumps = Pumps((cast(BinaryIO, child.stdout), cast(BinaryIO, child.stderr)), sinks, tee.put, snapshot.take_at_oom)
     if sampler is not None:
         sampler.start()
     pumps.start()
@@ -197,15 +246,27 @@ def _record(
                 code = child.wait()
                 break
             except KeyboardInterrupt:
-                continue  # forwarded already; keep waiting for the child
-        pumps.join()
+                continue  # the default handler's (a recorder not on the main thread): keep waiting for the child
+        # A server that died (a signal, a failure) and left a worker holding its pipes: the recording ends once they are
+        # quiet. One that exited cleanly with its pipes still held is a launcher that left the server running (a script
+        # that backgrounds it): recorded until they close, as ever, since the wrapper's exit would take its reader away.
+        if code == 0:
+            pumps.drain(float("inf"), float("inf"))
+        elif not pumps.drain(DRAIN_QUIET_S, DRAIN_MOST_S):
+            _say(stderr, "oomdoctor: the server exited, but a process it started still holds the server's output; server.log has what it wrote until it fell quiet")
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         if sampler is not None:
             sampler.stop_event.set()
             sampler.join(timeout=5)
         tee.close()
+    for name in dict.fromkeys(signals.unforwarded):
+        _say(stderr, f"oomdoctor: {name} was not forwarded to the server (only {', '.join(signal.Signals(s).name for s in FORWARDED)} are)")
+    if tee.gaps:
+        _say(
+            stderr,
+            f"oomdoctor: the recorder fell behind the server: {tee.gap_bytes} bytes of its output are not in {out / 'server.log'} "
+            f"({tee.gaps} gap(s), each marked there); they passed through",
+        )
     exit_code = code if code >= 0 else 128 - code
     kills_after = oom_kills()
     try:
@@ -214,7 +275,7 @@ def _record(
             (out / RECORDER_LOG).write_text("".join(f"{line}\n" for line in host_kill))
         if pumps.oom_seen.is_set() or code != 0 or host_kill:
             snapshot.take()  # a no-op when the OOM line already took it
-            _write_bundle(out, cmd, started, clock(), code, sampler, nvml, snapshot.data, pumps.oom_seen.is_set(), kills_before, kills_after)
+            _write_bundle(out, cmd, started, clock(), code, sampler, nvml, snapshot.data, pumps.oom_seen.is_set(), kills_before, kills_after, (tee.gaps, tee.gap_bytes))
             _write_report(out, stderr, textfile_dir)
         else:
             _say(stderr, f"oomdoctor: the server exited cleanly; log at {out / 'server.log'}")
@@ -260,6 +321,7 @@ def _write_bundle(
     oom: bool,
     kills_before: tuple[int, str] | None = None,
     kills_after: tuple[int, str] | None = None,
+    log_gaps: tuple[int, int] = (0, 0),
 ) -> None:
     from oomdoctor.input.redact import redact_text
 
@@ -277,6 +339,8 @@ def _write_bundle(
         "gpus": snapshot.get("gpus", []),
         "snapshot_unix": snapshot.get("t"),
         "logs": ["server.log", *([RECORDER_LOG] if (out / RECORDER_LOG).exists() else [])],
+        # Output the recorder had no room for (its log writer fell behind): not in server.log, marked there.
+        "log_gaps": {"count": log_gaps[0], "bytes": log_gaps[1]},
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     samples = list(sampler.samples) if sampler is not None else []

@@ -108,29 +108,55 @@ class Pumps:
     stream first, then past the OOM check, then to ``log``, one chunk at a time in the order it was read.
 
     ``on_oom`` runs once, on a pump's thread, at the first chunk that holds a trigger: it must not
-    raise (a stopped pump would block the server on a full pipe).
+    raise (a stopped pump would block the server on a full pipe). ``pipes`` are the server's stdout
+    and stderr as file objects: held here, so that their descriptors stay open (and are never reused)
+    while a pump may still be reading them.
     """
 
-    def __init__(self, fds: list[int], sinks: tuple[Passthrough, Passthrough], log: Callable[[int, bytes], None], on_oom: Callable[[], None]) -> None:
-        self.fds, self.sinks, self.log, self.on_oom = fds, sinks, log, on_oom
+    def __init__(self, pipes: tuple[BinaryIO, BinaryIO], sinks: tuple[Passthrough, Passthrough], log: Callable[[int, bytes], None], on_oom: Callable[[], None]) -> None:
+        self.pipes = pipes
+        self.fds = [pipe.fileno() for pipe in pipes]
+        self.sinks, self.log, self.on_oom = sinks, log, on_oom
         self.oom_seen = threading.Event()
         self.tails = [b"", b""]
         self.order = threading.Lock()  # one chunk at a time goes to the terminal, the trigger check and the log
         self.pausing = [False, False]  # a pump in its pause: its pipe may hold output the other pump must not overtake
         self.threads: list[threading.Thread] = []
+        self.last_read = time.monotonic()  # when a pump last got output
+        self.stopped = False  # the recording ended: what a pump still reads only passes through
 
     def start(self) -> None:
         self.threads = [threading.Thread(target=self._pump, args=(stream,), daemon=True, name=f"oomdoctor-pump-{stream}") for stream in (0, 1)]
         for t in self.threads:
             t.start()
 
-    def join(self) -> None:
-        """Wait until both pipes reached their end (the server and every process that inherited them closed them)."""
-        for t in self.threads:
-            t.join()
+    def drain(self, quiet_s: float, most_s: float) -> bool:
+        """After the server's exit: wait until both pipes reached their end, or were quiet for ``quiet_s``, or ``most_s``
+        passed; then stop recording. True when both reached their end (no process the server started holds them).
+
+        A worker of a dead server (the OOM killer took the server, not its workers) holds the pipes open for as long as
+        it lives: its last words still reach the log while it writes, and the recording ends when it falls quiet. A pump
+        still blocked in its read is left there (its thread ends with the process; what it reads only passes through).
+        """
+        started = time.monotonic()
+        while True:
+            alive = [t for t in self.threads if t.is_alive()]
+            now = time.monotonic()
+            if not alive or now - max(self.last_read, started) >= quiet_s or now - started >= most_s:
+                break
+            alive[0].join(min(0.05, quiet_s))
+        self.stopped = True
+        # An emit under way finishes (its chunk reaches the log) before the log is closed; one stuck writing to a reader
+        # that never reads (a suspended terminal) is not waited for: its put after the close is ignored.
+        if self.order.acquire(timeout=1.0):
+            self.order.release()
+        return not alive
 
     def _emit(self, stream: int, chunk: bytes) -> None:
+        self.last_read = time.monotonic()
         self.sinks[stream].write(chunk)  # the server's reader first
+        if self.stopped:
+            return
         tail = self.tails[stream]
         if not self.oom_seen.is_set() and (_has_trigger(tail + chunk[:_OVERLAP]) or _has_trigger(chunk)):
             self.oom_seen.set()
@@ -152,7 +178,7 @@ class Pumps:
         fd, other = fds[stream], 1 - stream
         full = min(_grow_pipe(fd), READ_BYTES)
         pause = PAUSE_S
-        while True:
+        while not self.stopped:  # stopped: never read again (the recorder is done with this descriptor)
             chunk = os.read(fd, READ_BYTES)
             if not chunk:
                 return

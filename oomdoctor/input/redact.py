@@ -102,27 +102,40 @@ class Redactor:
         """Redact raw log bytes made of lines (split at b"\\n"; the last one may lack its newline), as ``text`` on each line would.
 
         Only the lines ``secret_line_starts`` flags, and every line while inside a PEM block, are decoded
-        and redacted; the others keep their bytes untouched (invalid UTF-8 included), and ``data`` itself
-        comes back when nothing changed. Lines are decoded with surrogateescape, so a redacted line keeps
+        and redacted (a line only the kv rule can change by ``kv_only_line``, where its keys start); the
+        others keep their bytes untouched (invalid UTF-8 included), and ``data`` itself comes back when
+        nothing changed. Lines are decoded with surrogateescape, so a redacted line keeps
         the bytes around its secrets. With ``pii`` every line is redacted (pseudonyms are not prefiltered).
         """
         # Imported here: only a log stream uses the prefilter, so a plain diagnose's start does not load it.
-        from oomdoctor.input.secret_prefilter import secret_line_starts
+        from oomdoctor.input.secret_prefilter import flagged_lines, kv_only_line
 
         every = self.pii
-        starts = iter(() if every else secret_line_starts(data))
+        lines = iter(() if every else flagged_lines(data))
         out: list[bytes] = []
         done = pos = 0  # bytes of data already in `out`; start of the next line to look at
         size = len(data)
-        flagged = next(starts, None)
+        flagged = next(lines, None)
         while pos < size:
+            hits = None
             if not self._pem_blocks and not every:  # outside a block: jump to the next flagged line
-                while flagged is not None and flagged < pos:
-                    flagged = next(starts, None)
+                while flagged is not None and flagged[0] < pos:
+                    flagged = next(lines, None)
                 if flagged is None:
                     break
-                pos = flagged
+                pos, hits = flagged
             end = data.find(b"\n", pos) + 1 or size
+            if hits is not None:
+                # Flagged by the kv piece alone (a request log's `stop_token_ids=[]`), as most lines are: the kv
+                # rule is tried where the keys start, not every rule scanned over the line (secret_prefilter).
+                line = data[pos:end]
+                fast = kv_only_line(line, hits=hits)
+                if fast is not None:
+                    if fast is not line:  # the line itself comes back when nothing changed
+                        out += (data[done:pos], fast)
+                        done = end
+                    pos = end
+                    continue
             text = data[pos:end].decode("utf-8", "surrogateescape")
             red = self._line(text)
             if red != text:
@@ -149,6 +162,16 @@ class Redactor:
     def end_of_stream(self) -> None:
         """Forget the unfinished PEM blocks (call between files; a cut block then stops at the file's end)."""
         self._pem_blocks = []
+
+    def after_gap(self) -> None:
+        """Lines are missing here (a log writer that fell behind): they may have held a PEM block's BEGIN line, so the
+        key material that follows is redacted as the rest of a block until a line that is none (an alphanumeric-only
+        line right after the gap is redacted too; a key in clear would be worse)."""
+        if not self._pem_blocks:
+            # A block of unknown label and prefix, already past its first line: it takes only key-shaped lines.
+            gap = _OpenBlock("", "")
+            gap.gap = 1
+            self._pem_blocks = [gap]
 
     def learn(self, text: str) -> None:
         """Collect host names named in ``text`` (hostname=..., NCCL prefixes) without redacting it.

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
+from oomdoctor.input import secret_rules
 from oomdoctor.input.secret_rules import KEY_WORD, SECRET_FLAGS
 
 if TYPE_CHECKING:
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
     # Only annotations name it.
     class _Prefilter(Protocol):
         def finditer(self, text: bytes) -> Iterator[Any]: ...
+        def search(self, text: bytes) -> Any: ...
+        def match(self, text: bytes, pos: int = 0) -> Any: ...
 
 
 # `oomdoctor run` redacts server.log while the server writes it, a chunk of lines at a time. Decoding
@@ -62,17 +65,18 @@ def _ci(word: str) -> bytes:
 _prefilter_text: bytes | None = None
 
 
-def _prefilter_source() -> bytes:
-    """The prefilter's text, built when a prefilter is first asked for: only a log stream's redaction
-    uses it, and building it costs ~0.3 ms that a plain diagnose's start need not pay."""
-    global _prefilter_text
-    if _prefilter_text is not None:
-        return _prefilter_text
+def _separator() -> bytes:
+    """`\\1\\s*[:=]` of the kv and header rules as bytes, the backreference loosened to any quote or none."""
+    return rb"""['"]?""" + _byte_alternatives(_WS_CHARS) + rb"*[:=]"
+
+
+def _pieces() -> tuple[tuple[str, bytes], ...]:
+    """Each rule's piece, named as the rule in secret_rules._RULES it stands for (the kv fast path below relies on the names)."""
     ws = _byte_alternatives(_WS_CHARS)
     # `[a-z0-9]` under re.IGNORECASE (the header rule's x-...- parts).
     ci_alnum = _byte_alternatives("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789" + "".join(_FOLDS.values()))
-    sep = rb"""['"]?""" + ws + rb"*[:=]"  # `\1\s*[:=]`, the backreference loosened to any quote or none
-    pieces: tuple[tuple[str, bytes], ...] = (
+    sep = _separator()
+    return (
         ("pem", rb"-----BEGIN"),
         ("authorization", _ci("authorization")),
         ("bearer", rb"(?:" + _ci("bearer") + rb"|" + _ci("basic") + rb")" + ws),
@@ -96,11 +100,11 @@ def _prefilter_source() -> bytes:
             + sep,
         ),
         ("url_userinfo", rb"://[^/@'\"\t\n\x0b\x0c\r \x1c-\x1f]+@"),
+        ("azure", rb"(?:" + rb"|".join(_ci(w) for w in ("accountkey=", "sharedaccesskey=", "sharedaccesssignature=")) + rb")"),
+        ("sas", rb"[?&]" + _ci("sig=")),
         ("flag", rb"--(?:" + rb"|".join(re.escape(f).encode() for f in SECRET_FLAGS) + rb")(?:=|" + ws + rb")"),
         ("env", rb"(?:TOKEN|API_KEY|APIKEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|ACCESS_KEY|PRIVATE_KEY)[A-Z0-9_]*="),
         ("kv", rb"(?:^|[^A-Za-z0-9_#.\-\n])" + KEY_WORD.encode() + sep),
-        ("azure", rb"(?:" + rb"|".join(_ci(w) for w in ("accountkey=", "sharedaccesskey=", "sharedaccesssignature=")) + rb")"),
-        ("sas", rb"[?&]" + _ci("sig=")),
         ("hf", rb"hf_[A-Za-z0-9]{20}"),
         ("openai", rb"sk-[A-Za-z0-9_\-]{16}"),
         ("stripe", rb"[sr]k_(?:live|test)_[A-Za-z0-9]{16}"),
@@ -111,38 +115,213 @@ def _prefilter_source() -> bytes:
         ("slack", rb"xox[abposr]-[A-Za-z0-9\-]{10}"),
         ("jwt", rb"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8}"),
     )
-    _prefilter_text = rb"(?m)(?:" + rb"|".join(rb"(?:" + piece + rb")" for _, piece in pieces) + rb")"
+
+
+def _alternation(pieces: tuple[tuple[str, bytes], ...], capture: str = "") -> bytes:
+    """The pieces as one regex; the piece named ``capture`` in the one capturing group (which piece a match is)."""
+    return rb"(?m)(?:" + rb"|".join((rb"(" if name == capture else rb"(?:") + piece + rb")" for name, piece in pieces) + rb")"
+
+
+def _prefilter_source() -> bytes:
+    """The prefilter's text, built when a prefilter is first asked for: only a log stream's redaction
+    uses it, and building it costs ~0.3 ms that a plain diagnose's start need not pay."""
+    global _prefilter_text
+    if _prefilter_text is None:
+        _prefilter_text = _alternation(_pieces(), capture="kv")
     return _prefilter_text
 
 
 _prefilter: _Prefilter | None = None
 
 
-def prefilter(engine: str = "auto") -> _Prefilter:
-    """The prefilter compiled: RE2 (a DFA, Latin-1 so that each byte is one character) or, forced or without RE2, ``re``."""
-    global _prefilter
-    if engine == "re":
-        return re.compile(_prefilter_source())
-    if _prefilter is None:
+def _compile(source: bytes, engine: str) -> _Prefilter:
+    """``source`` compiled by RE2 (a DFA, Latin-1 so that each byte is one character) or, forced or without RE2, by ``re``."""
+    if engine != "re":
         try:
             import re2
 
             options = re2.Options()
             options.encoding = re2.Options.Encoding.LATIN1
-            _prefilter = re2.compile(_prefilter_source(), options)
+            return cast("_Prefilter", re2.compile(source, options))
         except ImportError:
-            _prefilter = re.compile(_prefilter_source())
+            pass
+    return re.compile(source)
+
+
+def prefilter(engine: str = "auto") -> _Prefilter:
+    """The prefilter compiled: RE2 or, forced or without RE2, ``re``."""
+    global _prefilter
+    if engine == "re":
+        return _compile(_prefilter_source(), engine)
+    if _prefilter is None:
+        _prefilter = _compile(_prefilter_source(), engine)
     return _prefilter
 
 
 def secret_line_starts(data: bytes, engine: str = "auto") -> list[int]:
     """Offsets of the lines of ``data`` (split at b"\\n") that the prefilter flags: every line a rule could change is among them."""
-    starts: list[int] = []
+    return [start for start, _ in flagged_lines(data, engine)]
+
+
+_ALNUM = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+# A kv match with its key: (where the key starts, where the match ends), in bytes from the line's start.
+KeyHits = list[tuple[int, int]]
+
+
+def flagged_lines(data: bytes, engine: str = "auto") -> list[tuple[int, KeyHits | None]]:
+    """The lines of ``data`` the prefilter flags: (offset, the kv piece's matches on it, or None when another piece matched there)."""
+    lines: list[tuple[int, KeyHits | None]] = []
     rfind = data.rfind
-    last = -1
+    start = -1
+    hits: KeyHits | None = None
     for m in prefilter(engine).finditer(data):
-        start = rfind(b"\n", 0, m.start()) + 1
-        if start != last:
-            starts.append(start)
-            last = start
+        at = m.start()
+        line = rfind(b"\n", 0, at) + 1
+        if line != start:
+            start, hits = line, []
+            lines.append((start, hits))
+        if hits is None:
+            continue
+        if m.start(1) < 0:  # another piece
+            hits = None
+            lines[-1] = (start, None)
+        else:  # the kv piece: its key starts after the byte before it, or at the line's start (`^`)
+            hits.append((at - start + (data[at] not in _ALNUM), m.end() - start))
+    return lines
+
+
+# --- the kv fast path ------------------------------------------------------------------------------
+# On a busy server nearly every flagged line is flagged by the kv piece alone, at a key that names a
+# token and holds no secret: vLLM logs each request with `stop_token_ids=[]` and `prompt_token_ids:
+# [...]` (--enable-log-requests), SGLang's request log has `'stop_token_ids': None`. The rules' `sub`
+# calls scan such a line with Python's re, rule after rule: ~2 MB/s on vLLM's 2 KB request lines, 55x
+# the server's own time under `oomdoctor run` (issue 24). Yet when no other piece matches the line, no
+# other rule can change it (each piece is a superset of its own rule: tests/test_input_secret_prefilter.py
+# checks that), and the kv rule can only match where a key starts: at the key itself or at a quote
+# just before it (its `(['"]?)(?<![\w#.-])KEY_WORD`). Every such key is found in bytes by KEY_WORD and
+# the separator without the piece's leading byte: a key the rule accepts follows a character that is
+# no word character, so no match of that regex can start earlier and run over it (the piece's own
+# leading byte, consumed, could hide a key that starts right after the previous one's `=`). So the kv
+# rule is tried with `match` at those few offsets, never scanned over the line: O(bytes) in all. The
+# rules before kv see the line as it was: a piece of theirs on it sends it to every rule. The rules
+# after kv see what kv wrote: their pieces are looked for there (a piece of theirs that kv's
+# replacement took away could not have matched either), and a hit sends the line to every rule too.
+
+_fast: dict[str, tuple[_Prefilter, _Prefilter, _Prefilter, re.Pattern[str], Any] | None] = {}
+
+# The kv rule replaces a list item by item (`prompt_token_ids: ['<redacted>', ...]`), in Python: ~170 us
+# for one request's few hundred token ids, most of the fast path's time. What it writes for a list of
+# numbers depends on how many there are, not on their digits, so it is asked once per key and length:
+# a list of that many zeros stands for every list of numbers as Python prints one (`[1, 22, 333]`), and
+# a replacement that keeps the stand-in (an exempted key's) keeps the real list. Other values go to the
+# rule as they are. tests/test_input_secret_prefilter.py compares the two ways on generated lists, so a
+# rule that comes to read the numbers shows there.
+_SHAPES_MAX = 4096
+_shapes: dict[tuple[str, str, str, int], str | None] = {}
+
+
+def _number_count(value: str) -> int:
+    """How many numbers the list ``value`` holds when it is printed as Python prints a list of ints, else 0."""
+    if value[:1] != "[" or value[-1:] != "]" or not value.isascii():
+        return 0
+    # In bytes (str's digit tests are Unicode's, several times slower): digits and ", " only, each ", "
+    # between two numbers. A split into a few hundred items would cost more than the rule's own work saved.
+    inner = value[1:-1].encode("ascii")
+    separators = inner.translate(None, b"0123456789")
+    count = len(separators) // 2 + 1
+    if not inner or separators != b", " * (count - 1) or b", , " in inner or inner.startswith(b", ") or inner.endswith(b", "):
+        return 0
+    return count
+
+
+def _replaced(m: re.Match[str], kv: re.Pattern[str], replace: Any) -> str:
+    """What the kv rule writes for its match ``m``: its replacement, asked once per length of a list of numbers."""
+    quote, key, sep, value = m.group(1), m.group(2), m.group(3), m.group(4)
+    count = _number_count(value)
+    if not count:
+        return cast(str, replace(m))
+    shape = (quote, key, sep, count)
+    if shape not in _shapes:
+        if len(_shapes) >= _SHAPES_MAX:
+            _shapes.clear()
+        zeros = "[" + ", ".join(["0"] * count) + "]"
+        stand_in = f"{quote}{key}{quote}{sep}{zeros}"
+        sm = kv.fullmatch(stand_in)
+        # None: the stand-in is not matched as the list was (another split of key and value), so it cannot stand for it.
+        written = None if sm is None or sm.group(2, 3, 4) != (key, sep, zeros) else cast(str, replace(sm))
+        _shapes[shape] = None if written is None else ("" if written == stand_in else written)
+    written = _shapes[shape]
+    if written is None:
+        return cast(str, replace(m))
+    return written or m.group(0)  # "": the rule keeps such a list as it is
+
+
+def _fast_path(engine: str) -> tuple[_Prefilter, _Prefilter, _Prefilter, re.Pattern[str], Any] | None:
+    """(the pieces of the rules before kv, of those after it, the key finder, the kv rule, its replacement), or None
+    when the pieces and the rules are not named alike."""
+    if engine not in _fast:
+        pieces = dict(_pieces())
+        order = [name for name, _, _ in secret_rules._RULES]
+        if set(pieces) != set(order) or "kv" not in order:
+            _fast[engine] = None  # a rule without its own piece (or the reverse): every flagged line goes through all the rules
+        else:
+            kv_at = order.index("kv")
+            before = _alternation(tuple((name, pieces[name]) for name in order[:kv_at]))
+            after = _alternation(tuple((name, pieces[name]) for name in order[kv_at + 1 :]))
+            keys = KEY_WORD.encode() + _separator()
+            _, pattern, repl = secret_rules._RULES[kv_at]
+            _fast[engine] = (_compile(before, engine), _compile(after, engine), _compile(keys, engine), pattern.compiled, secret_rules._REPLACERS.get("kv", repl))
+    return _fast[engine]
+
+
+def _key_starts(raw: bytes, keys: _Prefilter, hits: KeyHits | None) -> list[int]:
+    """Where keys the kv rule could match start in ``raw``: found by ``keys``, or from the kv piece's ``hits`` on the line
+    (``flagged_lines``) and the keys that start right where one of them ends (hidden from the piece: it took their leading byte)."""
+    if hits is None:
+        return [m.start() for m in keys.finditer(raw)]
+    starts = []
+    for key, end in hits:
+        starts.append(key)
+        while raw[end : end + 1] and raw[end] in _ALNUM:
+            m = keys.match(raw, end)
+            if m is None:
+                break
+            starts.append(end)
+            end = m.end()
     return starts
+
+
+def kv_only_line(raw: bytes, engine: str = "auto", hits: KeyHits | None = None) -> bytes | None:
+    """One line (its newline included) redacted as ``redact_secrets`` would, when no rule but kv can change it; None when another could.
+
+    ``raw`` itself comes back when nothing changed. Lines are decoded with surrogateescape, as ``Redactor.log_bytes``
+    decodes them. ``hits``: the kv piece's matches on the line when no other piece matched it (``flagged_lines``),
+    which saves looking for its keys.
+    """
+    fast = _fast_path(engine)
+    if fast is None:
+        return None
+    before, after, keys, kv, replace = fast
+    if before.search(raw) is not None:
+        return None
+    text = raw.decode("utf-8", "surrogateescape")
+    ascii_only = len(text) == len(raw)
+    out: list[str] = []
+    done = 0  # characters of text already in `out` (a match's end: `sub` goes on from there too)
+    for key in _key_starts(raw, keys, hits):
+        at = key if ascii_only else len(raw[:key].decode("utf-8", "surrogateescape"))
+        for start in (at - 1, at) if at and text[at - 1] in "'\"" else (at,):
+            if start < done:
+                continue
+            m = kv.match(text, start)
+            if m is not None:
+                out += (text[done:start], _replaced(m, kv, replace))
+                done = m.end()
+                break
+    red = raw
+    if out:
+        out.append(text[done:])
+        red = "".join(out).encode("utf-8", "surrogateescape")
+        if red == raw:
+            red = raw
+    return None if after.search(red) is not None else red
