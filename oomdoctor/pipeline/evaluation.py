@@ -66,8 +66,9 @@ def _evidence_for(rule: Rule, used: set[str], facts: Facts) -> tuple[LineRef, ..
 def _finding_extra(rule: Rule, facts: Facts) -> dict[str, Any]:
     if not classes.load().has(rule.klass, "lists_processes"):
         return {}
+    server = set(facts.get("process_family_pids") or ())
     processes = [
-        {"pid": p.pid, "used_bytes": p.used_bytes, "is_self": p.is_self or (p.pid == facts.get("assumed_self_pid"))}
+        {"pid": p.pid, "used_bytes": p.used_bytes, "is_self": p.is_self or p.pid in server or (p.pid == facts.get("assumed_self_pid"))}
         for p in facts.get("process_list") or ()
     ]
     held = facts.get("startup_foreign_bytes")
