@@ -124,8 +124,10 @@ def _process_list_facts(f: Facts, events: list[Event]) -> None:
         return
     listed = {p.pid for p in processes if p.pid is not None}
     failing = family.failing_pid_of(processes, f.get("allocated_bytes"), f.get("reserved_unallocated_bytes"))
-    # The server's PIDs a pasted nvidia-smi table or the log's own process tags name.
-    named = (set(f.get("smi_server_pids") or ()) | family.log_pids(events)) & listed
+    # The server's PIDs a pasted nvidia-smi table (when it names them: an assumed largest process is
+    # no identity) or the log's own process tags name.
+    table = set(f.get("smi_server_pids") or ()) if f.get("smi_identity") == "named" else set()
+    named = (table | family.log_pids(events)) & listed
     if f.get("process_list_has_self") or failing is not None or named:
         seeds = named | ({failing} if failing is not None else set())
         # "this process" carries no PID: PIDs near it cannot be told; near a named or failing PID they can.
