@@ -99,3 +99,16 @@ def test_a_pid_the_log_names_is_the_servers_own(tmp_path: Path) -> None:
     d = diagnose([str(_write(tmp_path, "v.log", log))], RULES)
     assert d.facts.get("process_family_pids") == (3318,) and d.facts.get("foreign_process_count") == 0
     assert d.verdict_class != "foreign_process"
+
+
+def test_a_collect_env_paste_changes_the_gpu_and_the_release_in_the_report(tmp_path: Path, run_cli) -> None:
+    # A vLLM driver-level OOM names no card and no release; collect_env says four A100 40GB, and
+    # CUDA_VISIBLE_DEVICES=2,3 makes PyTorch's GPU 0 the third card.
+    oom = "(EngineCore_DP0 pid=3170) ERROR 05-02 11:21:37 [core.py:708] RuntimeError: CUDA error: out of memory\n"
+    alone = run_cli("diagnose", str(_write(tmp_path, "oom.log", oom)), "--format", "markdown").out
+    assert "| vLLM |" not in alone and "A100" not in alone
+    both = _write(tmp_path, "both.log", (PASTED / "collect_env_vllm_0_7.txt").read_text() + oom)
+    md = run_cli("diagnose", str(both), "--format", "markdown").out
+    assert "| vLLM | 0.7.2 |" in md and "| GPU (from the snapshot) | NVIDIA A100-SXM4-40GB |" in md and "| NVIDIA driver | 550.90.07 |" in md
+    data = run_cli("diagnose", str(both), "--format", "json").json
+    assert data["budget"]["capacity_bytes"] == 40960 * MIB and data["budget"]["likely_gpu"] == "A100 40GB"

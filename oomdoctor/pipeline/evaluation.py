@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from oomdoctor.advice.registry import recommend
-from oomdoctor.inference import catalogue, classes, confidence
+from oomdoctor.inference import catalogue, classes, confidence, differential
 from oomdoctor.inference.rule_engine import Rule, evaluate
 from oomdoctor.memory import budget
 from oomdoctor.pipeline.model import Finding, Incident
@@ -149,6 +149,14 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping
                 recommendations=[],
                 extra={"missing": missing, "would_decide": decisive},
             )
+        )
+    if unique[0].klass == "unknown_oom":
+        # Not a bare "unknown": the classes it may still be, ranked, and the check that tells them apart.
+        candidates = differential.differential(facts.values)
+        unique[0] = replace(
+            unique[0],
+            message=differential.summary(candidates) + unique[0].message,
+            extra={**unique[0].extra, "differential": [c.to_json() for c in candidates]},
         )
     return Incident(run=facts.run, facts=facts, findings=unique, not_evaluated=not_evaluated)
 

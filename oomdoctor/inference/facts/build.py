@@ -90,5 +90,9 @@ def build_facts(
         from oomdoctor.inference.facts.collected import collected_facts
 
         collected_facts(f, list(collected))
+    from oomdoctor.inference.facts.priors import prior_facts
+
+    # After every source of the card's capacity: the model's expected weights are read against it.
+    prior_facts(f, events)
     phase_facts(f, events, oom_idx, line_counts or {}, joined_pieces or {})
     return f

@@ -30,6 +30,8 @@ def torch_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
     if ooms:
         f.set("oom_rank", ooms[0].rank or "GPU")
     f.set("driver_oom", bool(drivers), drivers[-1].ref if drivers else None)
+    if drivers:
+        f.set("driver_oom_source", drivers[0].get("source"), drivers[0].ref)
     _host_facts(f, hosts)
     f.set("oom_count", len(ooms) + len(drivers))
     if ooms or drivers:
