@@ -63,6 +63,8 @@ def test_nvidia_smi_list_and_near_misses() -> None:
     (gpu,) = _line("GPU 3: NVIDIA H100 80GB HBM3 (UUID: GPU-6f1e0c1e-2b3a-4a6b-9c1d-0d7b7b0f3a11)")
     assert (gpu.get("indices"), gpu.get("name")) == ((3,), "NVIDIA H100 80GB HBM3")
     # "Module Not Found" and "Could not collect" are absence; a torch OOM naming its GPU is not a GPU line.
-    assert _line("anthropic: Module Not Found") == [] and _line("vllm: Module Not Found") == []
-    assert _line("Nvidia driver version: Could not collect") == []
+    assert _line("anthropic: Module Not Found") == []
+    for absent in ("vllm: Module Not Found", "Nvidia driver version: Could not collect"):
+        (e,) = _line(absent)  # read (the line is cited), but no version
+        assert (e.get("name"), e.get("value")) == ("absent", None)
     assert _line("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB") == []

@@ -70,6 +70,8 @@ _LINES: tuple[tuple[str, LazyRegex], ...] = (
 _GPU_RE = lazy("GPU ", r"^(?:GPU models and configuration\s*:\s*)?GPU (?P<ids>\d+(?:,\d+)*)\s*:\s*(?P<name>(?!.*Compute Capability)[^(]+?)\s*(?:\(UUID:.*)?$")
 
 
+# "vllm: Module Not Found", "vLLM Version: Could not collect": the report says the package is absent.
+_ABSENT_RE = lazy(None, r"^(?:vLLM Version|vllm|sglang|PyTorch(?: version)?|Nvidia driver version|CUDA runtime version)\s*:\s*(?:Module Not Found|Could not collect|N/A|No CUDA)\s*$")
 _GPU_HEADER_RE = lazy("GPU models and configuration", r"^GPU models and configuration\s*:\s*$")
 
 
@@ -96,6 +98,8 @@ class EnvironmentParser:
             m = pattern.search(msg)
             if m is not None and m.group("value"):
                 return [Event(KIND_ENV, (line.ref,), {"name": name, "value": m.group("value")})]
+        if _ABSENT_RE.search(msg):
+            return [Event(KIND_ENV, (line.ref,), {"name": "absent", "value": None})]
         return []
 
     def finish(self) -> list[Event]:

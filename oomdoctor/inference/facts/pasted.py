@@ -89,7 +89,7 @@ def _environment_facts(f: Facts, events: list[Event]) -> None:
     for e in events:
         if e.kind == env.KIND_ENV:
             name = e.get("name")
-            if name == "cuda_build_version":
+            if name == "cuda_build_version" or e.get("value") is None:
                 continue
             seen.setdefault(name, (e.get("value"), e.ref))
     builds = [e for e in events if e.kind == env.KIND_ENV and e.get("name") == "cuda_build_version"]
