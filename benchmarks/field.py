@@ -3,7 +3,10 @@
     python benchmarks/field.py [--details] [--dir tests/fixtures/field]
 
 Prints accuracy (the verdict class equals the label; `not_oom` means the verdict `none`), the
-confident-wrong count (a wrong class at confidence >= 0.7), and a per-class table. The corpus is a
+confident-wrong count (a wrong class at confidence >= 0.7), a per-class table, and how the
+differential of the `unknown_oom` verdicts does: the label among its first two candidates (cases
+whose label names a class), among the candidates tied for first or second place, and any first
+candidate of likelihood >= 0.7 that is not the label. The corpus is a
 check, not a tuning target: thresholds are argued in the code from first principles and fixtures.
 """
 
@@ -34,15 +37,28 @@ def main() -> int:
     confident_wrong: list[str] = []
     per_class: dict[str, Counter[str]] = defaultdict(Counter)
     incomplete_right = incomplete_total = 0
+    diff_total = diff_top_two = diff_tied = 0
+    diff_confident_wrong: list[str] = []
     for meta_path in cases:
         meta = tomllib.loads(meta_path.read_text())
         log = meta_path.with_suffix(".log")
         want = "none" if meta["label"] == "not_oom" else meta["label"]
+        differential: list[dict] = []
         try:
             d = diagnose([str(log)])
             got, conf, evidence = d.verdict_class, d.verdict_confidence, d.evidence.status
+            differential = d.findings[0].extra.get("differential", []) if d.findings else []
         except Exception as exc:  # noqa: BLE001 - a crash is scored as a wrong answer and shown
             got, conf, evidence = f"error:{type(exc).__name__}", 0.0, "?"
+        if got == "unknown_oom" and differential:
+            if differential[0]["likelihood"] >= CONFIDENT and differential[0]["class"] != want:
+                diff_confident_wrong.append(f"{meta_path.stem}: {differential[0]['class']} at {differential[0]['likelihood']:.2f}, label {want}")
+            if want not in ("unknown_oom", "none"):
+                diff_total += 1
+                diff_top_two += want in [c["class"] for c in differential[:2]]
+                # Candidates tied with the second are as likely as it: a tie is not an order.
+                second = differential[min(1, len(differential) - 1)]["likelihood"]
+                diff_tied += want in [c["class"] for c in differential if c["likelihood"] >= second]
         ok = got == want
         right += ok
         per_class[want]["total"] += 1
@@ -61,6 +77,11 @@ def main() -> int:
     print(f"damaged or cut pastes: {incomplete_right}/{incomplete_total} right")
     print(f"confident wrong (wrong class at confidence >= {CONFIDENT}): {len(confident_wrong)}")
     for line in confident_wrong:
+        print(f"  {line}")
+    if diff_total:
+        print(f"unknown_oom differential: label in the first two {diff_top_two}/{diff_total} = {diff_top_two / diff_total:.2f}; among those tied for the first two places {diff_tied}/{diff_total} = {diff_tied / diff_total:.2f}")
+    print(f"differential first at likelihood >= {CONFIDENT} and not the label: {len(diff_confident_wrong)}")
+    for line in diff_confident_wrong:
         print(f"  {line}")
     print(f"{'label':22} {'cases':>5} {'right':>5}")
     for label in sorted(per_class):

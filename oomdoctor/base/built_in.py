@@ -19,7 +19,7 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA_DIR = os.path.join(PACKAGE_DIR, "data")
 BUILT_IN = os.path.join(DATA_DIR, "built_in.json")
 # The data tables of data/ that built_in.json carries (the rules are every *.toml of rules_dir()).
-DATA_TABLES = ("classes.toml", "facts.toml", "gpus.toml", "phases.toml")
+DATA_TABLES = ("classes.toml", "differential.toml", "facts.toml", "gpus.toml", "phases.toml")
 
 
 def rules_dir() -> str:

@@ -496,6 +496,15 @@ def _ask_body(view: dict[str, Any], missing: list[str], claimed: bool = False) -
     lines = [head]
     if v["class"] not in ("none", "unknown_oom"):
         lines.append(f"What is there points to **`{v['class']}`** (a hypothesis, confidence {v['confidence']:.2f}): {escape_markdown_prose(v['summary'])}")
+    diff = v.get("differential") or []
+    if len(diff) >= 2:
+        # The differential: the two likeliest classes and the one check that tells them apart.
+        first, second = diff[0], diff[1]
+        if first["likelihood"] == second["likelihood"]:
+            tied = [f"**`{c['class']}`**" for c in diff if c["likelihood"] == first["likelihood"]]
+            lines += ["", f"Equally likely on this evidence: {', '.join(tied[:-1])} or {tied[-1]} ({first['likelihood']:.2f} each); the first check: {_keep_code(first['check'])}."]
+        else:
+            lines += ["", f"Most likely **`{first['class']}`** ({first['likelihood']:.2f}), else **`{second['class']}`** ({second['likelihood']:.2f}); to tell them apart: {_keep_code(first['check'])}."]
     lines += ["", "What would decide it:", ""]
     wanted = (missing or [_ASK_LOG])[:MAX_ASKS]
     lines += [f"- {_keep_code(m)}" for m in wanted]

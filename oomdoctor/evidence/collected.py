@@ -111,13 +111,17 @@ def _load_text(path: str, text: str) -> dict[str, Any]:
     if path.endswith(".csv"):
         try:
             gpus = smi.parse_gpu_csv(text)
-            apps = [] if gpus else smi.parse_apps_csv(text)
         except ValueError as exc:
             raise InputError(f"{path}: {exc}") from None
         if gpus:
             return {"kind": "gpus", "path": path, "source": "nvidia-smi csv", "gpus": [g.to_json() for g in gpus]}
+        from oomdoctor.evidence.parsers import nvidia_smi
+
+        # --query-compute-apps: read as the same lines pasted into a log are (the server's family and
+        # the other processes, oomdoctor.inference.facts.pasted), each row cited by its line.
+        apps = [e for e in nvidia_smi.read_text(text, path) if e.kind in (nvidia_smi.KIND_SMI_PROCESS, nvidia_smi.KIND_SMI_NO_PROCESSES)]
         if apps:
-            return {"kind": "apps", "path": path, "apps": apps}
+            return {"kind": "apps", "path": path, "events": apps}
         raise InputError(f"{path}: not an nvidia-smi --query-gpu or --query-compute-apps CSV")
     data = read_json(text, path)
     del text

@@ -32,6 +32,15 @@ _LOGLIKE_RE = re.compile(
     r"^\s*(?:\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}|\[\d{2}:\d{2}:\d{2}|\((?:\w+ )?\w*pid=\d+|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b"
     r"|Traceback \(most recent call last\)|\s*File \"|[\w.]*(?:Error|Exception)\b:|torch\.|\[rank\d+\]:|\[TP\d+\]|\d+%\|)"
 )
+# Machine output that is not a log line: nvidia-smi's table (its borders, its GPU and process rows and
+# the lines naming MiB) and CSV queries, and an environment report's lines (collect_env, check_env).
+# A reporter pastes them bare or quoted as often as fenced; a markdown table of their own has none of these words.
+_MACHINE_RE = re.compile(
+    r"^\s*(?:[+|][-=+]{8,}[+|]?\s*$|\|.*(?:NVIDIA-SMI|MiB|Persistence-M|Processes:|Bus-Id|Process name|Memory-Usage|No running processes)|\|\s+\d+\s+\S"
+    r"|pid, process_name|\d+, [^,]+, \d+ MiB\s*$|(?:index, )?name, memory\."
+    r"|(?:PyTorch version|CUDA runtime version|CUDA used to build PyTorch|Nvidia driver version|CUDA Driver Version|GPU models and configuration|vLLM Version|PyTorch|sglang|vllm)\s*:"
+    r"|GPU \d+(?:,\d+)*\s*:\s*\S|\[pip3\] |(?:export\s+)?(?:CUDA|NVIDIA)_VISIBLE_DEVICES=)"
+)
 
 
 _CLAIM_RE = re.compile(r"(?i)\bout of memory\b|\bOOM\b|OutOfMemory|\bOOMKilled\b|memory (?:error|issue|leak)|not enough memory|显存")
@@ -58,7 +67,7 @@ def looks_like_issue(text: str) -> bool:
 
 def _is_prose(line: str) -> bool:
     s = line.strip()
-    if not s or _FENCE_RE.match(line) or _LOGLIKE_RE.match(line):
+    if not s or _FENCE_RE.match(line) or _LOGLIKE_RE.match(line) or _MACHINE_RE.match(line):
         return False
     return bool(_HEADING_RE.match(line)) or (len(s.split()) >= 4 and not s.startswith(("at ", "File ")))
 
@@ -145,14 +154,14 @@ def log_lines(text: str) -> list[str]:
         if in_details and stripped.strip() and not _HEADING_RE.match(stripped) and not _is_prose(stripped):
             out.append(stripped)  # a log pasted in <details> without a fence
             continue
-        if _QUOTE_RE.match(line) and _LOGLIKE_RE.match(_QUOTE_RE.sub("", line)):
+        if _QUOTE_RE.match(line) and (_LOGLIKE_RE.match(_QUOTE_RE.sub("", line)) or _MACHINE_RE.match(_QUOTE_RE.sub("", line))):
             out.append(line)  # the prefix stripper removes the quote marker
             continue
         if line.startswith("    ") and not _is_prose(line):
             out.append(line)  # indented code
             continue
-        if _LOGLIKE_RE.match(line) and not _is_prose(line):
-            out.append(line)  # a bare pasted log line
+        if (_LOGLIKE_RE.match(line) or _MACHINE_RE.match(line)) and not _is_prose(line):
+            out.append(line)  # a bare pasted log line, nvidia-smi or environment output
             continue
         code = _inline_log(line)
         out.append(code)  # an error quoted in inline code (`RuntimeError: ...`), else nothing

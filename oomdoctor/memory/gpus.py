@@ -90,3 +90,41 @@ def smallest_card_holding(free_bytes: int) -> tuple[str, int] | None:
     """The assumed card's label and its total as CUDA reports it (the scale a free reading is drawn on)."""
     card = assumed_card(free_bytes)
     return (card.label, card.typical_bytes) if card else None
+
+
+# Words of a marketing name that no card of the table is told apart by ("NVIDIA H100 80GB HBM3",
+# "NVIDIA A100-SXM4-80GB", "NVIDIA GeForce RTX 4090", "Tesla V100-SXM2-32GB").
+_NAME_NOISE = ("nvidia", "geforce", "tesla", "quadro", "rtx", "amd", "instinct", "hbm3e", "hbm3", "hbm2e", "hbm2", "sxm5", "sxm4", "sxm2", "sxm")
+
+
+def gpu_of_name(name: str) -> Gpu | None:
+    """The card a device name (nvidia-smi, torch.cuda.get_device_name) is, when the table knows it for sure.
+
+    The memory size the name states decides between sizes of one model (A100 40GB / 80GB); a model the
+    table has in one size only needs none. A name cut by nvidia-smi's column ("NVIDIA A100-SXM...") or
+    naming a card the table lacks gives None: its capacity is then not guessed.
+    """
+    import re
+
+    text = name.lower().replace("...", " ")
+    size = re.search(r"(\d+)\s*gb\b", text)
+    words = [w for w in re.split(r"[\s_-]+", re.sub(r"\d+\s*gb\b", " ", text)) if w and w not in _NAME_NOISE]
+    if not words:
+        return None
+    model = _norm("".join(words))
+    # A model the table holds in several sizes (A100 40GB and 80GB) is decided by a stated size only.
+    sizes_of_model = {g.name for g in gpu_table() if _norm(g.name.split("-")[0]) == model}
+    exact = [g for g in gpu_table() if model in {_norm(g.name), *(_norm(a) for a in g.aliases)}]
+    if size is None and len(exact) == 1 and len(sizes_of_model) <= 1:
+        return exact[0]
+    model = _norm("".join(w for w in words if w not in ("pcie", "nvl")))
+    by_model = [g for g in gpu_table() if model in {_norm(g.name.split("-")[0]), _norm(g.name), *(_norm(a) for a in g.aliases)}]
+    if size is not None:
+        gib = int(size.group(1))
+        sized = [g for g in gpu_table() if _norm(g.name) in (model + str(gib) + "gb", _norm(f"{model}-{gib}GB")) or any(_norm(a) == f"{model}{gib}gb" for a in g.aliases)]
+        if sized:
+            return sized[0]
+        fitting = [g for g in by_model if abs(g.capacity_bytes / GIB - gib) <= max(2.0, 0.05 * gib)]
+        return fitting[0] if len(fitting) == 1 else None
+    models = {g.name for g in by_model}
+    return by_model[0] if len(models) == 1 and not any(_norm(a) == model for g in gpu_table() for a in g.aliases if g.name not in models) else None

@@ -39,6 +39,7 @@ def budget_view(facts: Facts | None) -> dict[str, Any]:
         "available_gpu_mem_bytes",
         "cuda_graph_bytes",
         "startup_foreign_bytes",
+        "expected_weights_bytes",
     )
     view: dict[str, Any] = {"system": facts.get("system", "unknown")}
     for key in keys:

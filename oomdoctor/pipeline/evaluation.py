@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from oomdoctor.advice.registry import recommend
-from oomdoctor.inference import catalogue, classes, confidence
+from oomdoctor.inference import catalogue, classes, confidence, differential
 from oomdoctor.inference.rule_engine import Rule, evaluate
 from oomdoctor.memory import budget
 from oomdoctor.pipeline.model import Finding, Incident
@@ -66,8 +66,9 @@ def _evidence_for(rule: Rule, used: set[str], facts: Facts) -> tuple[LineRef, ..
 def _finding_extra(rule: Rule, facts: Facts) -> dict[str, Any]:
     if not classes.load().has(rule.klass, "lists_processes"):
         return {}
+    server = set(facts.get("process_family_pids") or ())
     processes = [
-        {"pid": p.pid, "used_bytes": p.used_bytes, "is_self": p.is_self or (p.pid == facts.get("assumed_self_pid"))}
+        {"pid": p.pid, "used_bytes": p.used_bytes, "is_self": p.is_self or p.pid in server or (p.pid == facts.get("assumed_self_pid"))}
         for p in facts.get("process_list") or ()
     ]
     held = facts.get("startup_foreign_bytes")
@@ -148,6 +149,14 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping
                 recommendations=[],
                 extra={"missing": missing, "would_decide": decisive},
             )
+        )
+    if unique[0].klass == "unknown_oom":
+        # Not a bare "unknown": the classes it may still be, ranked, and the check that tells them apart.
+        candidates = differential.differential(facts.values)
+        unique[0] = replace(
+            unique[0],
+            message=differential.summary(candidates) + unique[0].message,
+            extra={**unique[0].extra, "differential": [c.to_json() for c in candidates]},
         )
     return Incident(run=facts.run, facts=facts, findings=unique, not_evaluated=not_evaluated)
 

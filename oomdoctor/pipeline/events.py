@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from oomdoctor.base.evidence import KIND_REPEATS, Event
 from oomdoctor.evidence import phase as phase_step
 from oomdoctor.evidence.parsers import engine_messages as em
+from oomdoctor.evidence.parsers import pasted
 from oomdoctor.evidence.parsers import records as rc
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.evidence.parsers import torch_oom as tt
@@ -21,7 +22,7 @@ from oomdoctor.input.scan import scan_lines
 if TYPE_CHECKING:
     from oomdoctor.inference.nodes import NodeScan
 
-ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS + em.anchors()))
+ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS + em.anchors() + pasted.ANCHORS))
 _FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
 
 
@@ -138,7 +139,7 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
     With ``node_scan`` (an input of a multi-input incident), the node step's lines are read on the
     same pass: the input is read once.
     """
-    parsers = (sg.SGLangParser(), vl.VLLMParser(), tt.TorchParser(), rc.RecordParser())
+    parsers = (sg.SGLangParser(), vl.VLLMParser(), tt.TorchParser(), rc.RecordParser(), pasted.PastedParser())
     # The catalogue's engine messages fill the gaps: a line a dedicated parser read is theirs.
     catalogue = em.EngineMessageParser()
     store = _EventStore()

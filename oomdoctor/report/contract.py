@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 # What a finding may add beyond the fixed keys: the processes of a foreign_process finding, and the
 # missing / would_decide lists of unknown_oom and hypothesis findings.
-EXTRA_KEYS = frozenset({"processes", "missing", "would_decide", "hypothesis", "pods"})
+EXTRA_KEYS = frozenset({"processes", "missing", "would_decide", "hypothesis", "pods", "differential"})
 
 
 def _jsonable(value: Any) -> Any:
@@ -84,6 +84,8 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
                 "inconclusive": d.inconclusive,
                 "phase": {"name": d.phase.name, "source": d.phase.source},
                 "confidence_factors": [f.to_json() for f in d.confidence_factors],
+                # Additive: the ranked candidates of an OOM no rule decides (inference/differential.py).
+                **({"differential": d.findings[0].extra["differential"]} if d.findings and "differential" in d.findings[0].extra else {}),
                 **verdict_extra(d),
             },
             "findings": [finding_json(f, d.facts) for f in d.findings],

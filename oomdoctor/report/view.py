@@ -552,6 +552,10 @@ def _environment(f: Facts | None) -> dict[str, Any]:
         "model": f.get("model_path") or f.get("model_type"),
         "tp_size": f.get("tp_size"),
         "vllm_version": f.get("vllm_version"),
+        "sglang_version": f.get("sglang_version"),
+        "torch_version": f.get("torch_version"),
+        "cuda_version": f.get("cuda_version"),
+        "gpu_count": f.get("gpu_count"),
         "driver_version": f.get("driver_version"),
         "gpu_names": ", ".join(f.get("gpu_names")) if f.get("gpu_names") else None,
     }

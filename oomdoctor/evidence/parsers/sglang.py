@@ -352,6 +352,7 @@ _ARG_KEYS = (
     "disable_cuda_graph",
     "kv_cache_dtype",
     "quantization",
+    "dtype",
     "enable_dp_attention",
     "speculative_algorithm",
     "page_size",

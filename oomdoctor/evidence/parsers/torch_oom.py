@@ -49,6 +49,9 @@ ANCHORS: tuple[bytes, ...] = (
     b"ray-oom-prevention",
     b"OUT_OF_MEMORY",
     b"cudaErrorMemoryAllocation",
+    b"oom-kill event",
+    b"oom_kill",
+    b"Out Of Memory",
 )
 
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
@@ -147,7 +150,17 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
 )
 _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     ("cpu_allocator", "strong", lazy("DefaultCPUAllocator", r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (\d+) bytes)?")),
-    ("kernel_oom_killer", "strong", lazy("Killed process", r"Out of memory: Killed process (\d+) \(([^)]*)\)")),
+    # The kernel's record, global or a memory cgroup's ("Memory cgroup out of memory: Killed process"),
+    # with the killed process's resident memory when the line keeps it.
+    ("kernel_oom_killer", "strong", lazy("Killed process", r"[Oo]ut of memory: Killed process (\d+) \(([^)]*)\)(?:.*?anon-rss:\s*(\d+)kB)?")),
+    # Slurm's step: "Detected 1 oom-kill event(s) in step 3495064.0 cgroup", "Detected 2 oom_kill events in
+    # StepId=JOBID.13"; srun's "task 0: Out Of Memory"; a cgroup v2 memory.events line "oom_kill 3".
+    (
+        "slurm_oom_kill",
+        "strong",
+        lazy(("oom-kill event", "oom_kill event", "Out Of Memory"), r"Detected \d+ oom[-_]kill events?|srun: error: .*\btasks? [\d,-]+: Out Of Memory"),
+    ),
+    ("cgroup_events", "strong", lazy("oom_kill ", r"^\s*oom_kill\s+[1-9]\d*\s*$")),
     ("cgroup", "strong", lazy(("Memory cgroup out of memory", "oom-kill:", "OOMKilled"), r"Memory cgroup out of memory|oom-kill:|OOMKilled")),
     # ENOMEM from the host: mmap of a checkpoint, fork of a loader worker.
     ("enomem", "strong", lazy("Cannot allocate memory", r"\[Errno 12\] Cannot allocate memory|Cannot allocate memory \(12\)|unable to mmap \d+ bytes.*Cannot allocate memory")),
@@ -374,6 +387,8 @@ class TorchParser:
                 if source == "kernel_oom_killer":
                     values["pid"] = int(hm.group(1))
                     values["process_name"] = hm.group(2)
+                    if hm.group(3):
+                        values["rss_bytes"] = int(hm.group(3)) * 1024
                 if source == "cpu_allocator" and hm.group(1):
                     values["requested_bytes"] = int(hm.group(1))
                 out.append(Event(KIND_HOST_OOM, (line.ref,), values))

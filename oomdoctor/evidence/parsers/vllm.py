@@ -348,6 +348,7 @@ _ARG_KEYS = {
     "enforce_eager",
     "kv_cache_dtype",
     "quantization",
+    "dtype",
     "limit_mm_per_prompt",
     "max_seq_len",
     "block_size",

@@ -19,6 +19,9 @@ from oomdoctor.inference.facts.phase_facts import phase_facts
 from oomdoctor.inference.facts.store import Facts
 from oomdoctor.input.issue_input import KIND_REPORTED
 
+# = inference.facts.pasted.KINDS, spelled out so a log without them imports neither parser.
+_PASTED_KINDS = frozenset({"smi_driver", "smi_gpu", "smi_process", "smi_no_processes", "env_fact", "env_gpu"})
+
 if TYPE_CHECKING:
     from typing import Any
 
@@ -70,6 +73,13 @@ def build_facts(
     sglang.error_facts(f, events)
     engine_message_facts(f, events)
     failure_flags(f)
+    # A --query-compute-apps CSV given as a file is read as the same rows pasted into the log are.
+    saved = [e for item in collected if item.get("kind") == "apps" for e in item.get("events", ())]
+    if saved or any(e.kind in _PASTED_KINDS for e in events):
+        # nvidia-smi output or an environment report beside the log: the card's capacity, before the budget reads it.
+        from oomdoctor.inference.facts.pasted import pasted_facts
+
+        pasted_facts(f, events + saved)
     derived.budget_facts(f)
     derived.foreign_facts(f, events)
     if detected == "vllm":
@@ -80,5 +90,9 @@ def build_facts(
         from oomdoctor.inference.facts.collected import collected_facts
 
         collected_facts(f, list(collected))
+    from oomdoctor.inference.facts.priors import prior_facts
+
+    # After every source of the card's capacity: the model's expected weights are read against it.
+    prior_facts(f, events)
     phase_facts(f, events, oom_idx, line_counts or {}, joined_pieces or {})
     return f

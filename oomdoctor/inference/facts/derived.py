@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from oomdoctor.base.evidence import Event, LineRef
 from oomdoctor.base.units import GIB, gib_text
+from oomdoctor.evidence import family
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.inference.facts.common import first
 from oomdoctor.inference.facts.store import Facts
@@ -99,7 +100,7 @@ def _weights_fit_undecided(f: Facts) -> None:
 
 def foreign_facts(f: Facts, events: list[Event]) -> None:
     """Memory of other processes: in the OOM message's process list, across ranks, and before the weights."""
-    _process_list_facts(f)
+    _process_list_facts(f, events)
     unbalanced = first(events, sg.KIND_UNBALANCED)
     f.set("unbalanced_memory", unbalanced is not None, unbalanced.ref if unbalanced else None)
     if unbalanced is not None and unbalanced.get("local_free_bytes") and unbalanced.get("min_free_bytes") is not None:
@@ -116,13 +117,26 @@ def foreign_facts(f: Facts, events: list[Event]) -> None:
         f.set("startup_foreign_bytes", foreign.value, f.ref("capacity_bytes"), f.ref("pre_bytes"), derivation=foreign)
 
 
-def _process_list_facts(f: Facts) -> None:
+def _process_list_facts(f: Facts, events: list[Event]) -> None:
+    """Which of the OOM message's processes are others: not the failing process, nor of its launch (evidence.family)."""
     processes = f.get("process_list") or ()
     if not processes:
         return
-    if f.get("process_list_has_self"):
-        others = [p for p in processes if not p.is_self]
+    listed = {p.pid for p in processes if p.pid is not None}
+    failing = family.failing_pid_of(processes, f.get("allocated_bytes"), f.get("reserved_unallocated_bytes"))
+    # The server's PIDs a pasted nvidia-smi table (when it names them: an assumed largest process is
+    # no identity) or the log's own process tags name.
+    table = set(f.get("smi_server_pids") or ()) if f.get("smi_identity") == "named" else set()
+    named = (table | family.log_pids(events)) & listed
+    if f.get("process_list_has_self") or failing is not None or named:
+        seeds = named | ({failing} if failing is not None else set())
+        # "this process" carries no PID: PIDs near it cannot be told; near a named or failing PID they can.
+        server = family.family((family.GpuProcess(p.pid, None, p.used_bytes) for p in processes), seeds).pids if seeds else frozenset()
+        others = [p for p in processes if not p.is_self and p.pid not in server]
         f.set("process_identity_known", True)
+        f.set("process_identity_source", "message" if f.get("process_list_has_self") else ("named" if named else "arithmetic"))
+        if server:
+            f.set("process_family_pids", tuple(sorted(server)))
     elif len(processes) >= 2:
         # In a container NVML reports host PIDs, so the server shows up as "Process N" too; the
         # largest entry is taken to be the server itself and the rest as other processes.

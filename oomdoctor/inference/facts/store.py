@@ -60,6 +60,10 @@ PRECEDENCE: dict[str, tuple[str, ...]] = {
         "vllm_profile_v0_results",
         "vllm_budget_over_util",
         "nvml",
+        # A pasted nvidia-smi table's or CSV's total (NVML's figure, from an unknown moment), then the
+        # catalogue's capacity of the card an environment report names.
+        "nvidia_smi",
+        "environment",
         # What the reporter says the card is ("8x H100 80GB"): the weakest figure of all.
         "reported",
     ),

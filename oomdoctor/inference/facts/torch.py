@@ -8,6 +8,9 @@ from oomdoctor.inference.facts.derived import allocator_facts
 from oomdoctor.inference.facts.store import PRECEDENCE, Facts
 from oomdoctor.memory import oom_arithmetic
 
+# = evidence.parsers.host.KIND_HOST_DETAIL, spelled out so that a log without kubectl's lines does not import it.
+KIND_HOST_DETAIL = "host_detail"
+
 # The message's figures, in the order they are set; those that other sources give too are ranked in PRECEDENCE.
 _MESSAGE_FIGURES = (
     "requested_bytes",
@@ -30,7 +33,10 @@ def torch_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
     if ooms:
         f.set("oom_rank", ooms[0].rank or "GPU")
     f.set("driver_oom", bool(drivers), drivers[-1].ref if drivers else None)
+    if drivers:
+        f.set("driver_oom_source", drivers[0].get("source"), drivers[0].ref)
     _host_facts(f, hosts)
+    _host_detail_facts(f, [e for e in events if e.kind == KIND_HOST_DETAIL])
     f.set("oom_count", len(ooms) + len(drivers))
     if ooms or drivers:
         # The first allocator OOM of the run is the one that broke it; later ones are fallout.
@@ -46,6 +52,19 @@ def _host_facts(f: Facts, hosts: list[Event]) -> None:
     f.set("host_kill_weak", bool(weak_host), weak_host[-1].ref if weak_host else None)
     if hosts:
         f.set("host_kill_signal", True, hosts[-1].ref)
+    if strong_host:
+        f.set("host_kill_source", strong_host[-1].get("source"), strong_host[-1].ref)
+    killed = [e for e in hosts if e.get("rss_bytes")]
+    if killed:
+        f.set("host_killed_rss_bytes", killed[-1].get("rss_bytes"), killed[-1].ref)
+
+
+def _host_detail_facts(f: Facts, details: list[Event]) -> None:
+    """kubectl's figures around a killed container: its memory limit, restarts and exit code (the last of each)."""
+    for key, fact in (("memory_limit_bytes", "host_memory_limit_bytes"), ("restart_count", "host_restart_count"), ("exit_code", "host_exit_code"), ("cgroup_oom_kills", "cgroup_oom_kills")):
+        found = [e for e in details if e.get(key) is not None]
+        if found:
+            f.set(fact, found[-1].get(key), found[-1].ref)
 
 
 def _message_facts(f: Facts, oom: Event) -> None:

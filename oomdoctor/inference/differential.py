@@ -1,0 +1,148 @@
+"""The differential for an evident OOM no rule decides: the classes it may be, ranked, and what tells them apart.
+
+The model (data/differential.toml holds its candidates and evidence):
+
+1. **Candidates**: the classes whose failures can happen in the phase the phase step found (a
+   weight-loading failure is weights or another tenant, never activations). A phase read only from
+   the lines around the failure (``phase_source`` "context") is weaker than frames: the classes of
+   other phases stay candidates, one step against. A class with a ``requires`` condition (host_oom:
+   a kill) is a candidate only when it holds.
+2. **Prior**: uniform over the candidates. The catalogue is not a sample of failures, and no
+   frequency was taken from any corpus: every mechanism the phase allows starts equal.
+3. **Evidence**: each item whose condition holds on the facts moves its class's odds by
+   ``STEP_ODDS`` per step, up ("for") or down ("against"); "exclude" removes a class its contract
+   rules out (fragmentation needs free + reserved-unallocated >= the request). ``STEP_ODDS`` is the
+   odds ratio between the catalogue's proven and inferred rule of one kind (oom-foreign-process at
+   0.85 against oom-foreign-process-inferred at 0.6: 5.7 / 1.5, about 4): one fact of evidence counts
+   here as much as it does there.
+4. **Likelihoods** are the odds normalised over the candidates and one more, unnamed, of odds 1:
+   the table is not every way memory runs out (a leak, a bug in the engine, an error misreported
+   as an OOM), so no class takes the whole mass because the others were ruled out. The check shown
+   is the first candidate's, the one thing that confirms or rules it out, and so tells it from the
+   second.
+
+The verdict stays ``unknown_oom``: a likelihood here rests on priors and weak signals, not on a rule
+the log satisfies, and advice is given only by rules. Pure: facts in, a ranked list out.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import TYPE_CHECKING, NamedTuple
+
+from oomdoctor.base import built_in
+from oomdoctor.base.units import format_bytes
+from oomdoctor.evidence import phase as phase_step
+from oomdoctor.inference.rule_engine import evaluate
+
+if TYPE_CHECKING:
+    from typing import Any
+
+STEP_ODDS = 4.0
+# The odds of a cause the table does not name, kept in every denominator (point 4 above).
+UNNAMED_ODDS = 1.0
+# Candidates shown: the likeliest few (the rest hold little and would only lengthen the report).
+SHOWN = 4
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_OPTIONAL = re.compile(r"\[\[([^\[\]]*)\]\]")
+
+
+class Candidate(NamedTuple):
+    klass: str
+    likelihood: float
+    evidence_for: tuple[str, ...]
+    evidence_against: tuple[str, ...]
+    check: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"class": self.klass, "likelihood": self.likelihood, "for": list(self.evidence_for), "against": list(self.evidence_against), "check": self.check}
+
+
+@functools.cache
+def _table() -> dict[str, Any]:
+    return built_in.table("differential.toml")
+
+
+def _words(template: str, facts: dict[str, Any]) -> str:
+    """Fill {fact} placeholders (sizes in words, shares as percentages); drop a [[clause]] whose fact is missing."""
+    text = _OPTIONAL.sub(lambda m: m.group(1) if all(n in facts for n in _PLACEHOLDER.findall(m.group(1))) else "", template)
+
+    def shown(m: re.Match[str]) -> str:
+        name, value = m.group(1), facts.get(m.group(1))
+        if value is None:
+            return "n/a"
+        if name.endswith("_bytes"):
+            return format_bytes(int(value))
+        if name.endswith("_share"):
+            return f"{float(value):.0%}"
+        return str(value)
+
+    return _PLACEHOLDER.sub(shown, text)
+
+
+def _holds(condition: dict[str, Any], facts: dict[str, Any]) -> bool:
+    return evaluate(condition, facts).result is True
+
+
+def differential(facts: dict[str, Any]) -> list[Candidate]:
+    """The ranked candidates for an undecided OOM; never empty while a candidate's phase allows it."""
+    table = _table()
+    phase = facts.get("phase") or "unknown"
+    weak_phase = facts.get("phase_source") in (None, "none", "context")
+    odds: dict[str, float] = {}
+    reasons: dict[str, tuple[list[str], list[str]]] = {}
+    checks: dict[str, str] = {}
+    for c in table["candidate"]:
+        klass = c["class"]
+        if "requires" in c and not _holds(c["requires"], facts):
+            continue
+        in_phase = phase in c["phases"]
+        if not in_phase and not (weak_phase and "unknown" in c["phases"]):
+            continue
+        odds[klass] = 1.0
+        reasons[klass] = ([], [])
+        checks[klass] = _words(c["check"], facts)
+        if not in_phase:
+            odds[klass] /= STEP_ODDS
+            reasons[klass][1].append(f"the lines before the failure point to the {phase.replace('_', ' ')} phase")
+    for item in table["evidence"]:
+        klass = item["class"]
+        if klass not in odds or not _holds(item["when"], facts):
+            continue
+        says = _words(item["says"], facts)
+        if item["steps"] == "exclude":
+            odds[klass] = 0.0
+            reasons[klass][1].append(says)
+            continue
+        factor = STEP_ODDS ** int(item["steps"])
+        if item["direction"] == "for":
+            odds[klass] *= factor
+            reasons[klass][0].append(says)
+        else:
+            odds[klass] /= factor
+            reasons[klass][1].append(says)
+    total = sum(odds.values()) + UNNAMED_ODDS
+    if total <= UNNAMED_ODDS:
+        return []
+    # Equal odds are ordered by the class a failure in this phase most often is (data/phases.toml),
+    # then by name: an order to read them in, not a likelihood.
+    likely = phase_step.tables().phases[phase].likely_class if phase in phase_step.tables().phases else ""
+    ranked = sorted((k for k in odds if odds[k] > 0), key=lambda k: (-odds[k], k != likely, k))
+    return [Candidate(k, round(odds[k] / total, 2), tuple(reasons[k][0]), tuple(reasons[k][1]), checks[k]) for k in ranked[:SHOWN]]
+
+
+def summary(candidates: list[Candidate]) -> str:
+    """The report's first words for an undecided OOM: the two likeliest and the check that tells them apart."""
+    if not candidates:
+        return ""
+    first = candidates[0]
+    if len(candidates) == 1:
+        return f"Most likely {first.klass} ({first.likelihood:.2f}); to confirm it: {first.check}. "
+    second = candidates[1]
+    if first.likelihood == second.likelihood:
+        tied = [c.klass for c in candidates if c.likelihood == first.likelihood]
+        names = ", ".join(tied[:-1]) + f" or {tied[-1]}"
+        return f"Equally likely on this evidence: {names} ({first.likelihood:.2f} each); the first check: {first.check}. "
+    return f"Most likely {first.klass} ({first.likelihood:.2f}), else {second.klass} ({second.likelihood:.2f}); to tell them apart: {first.check}. "

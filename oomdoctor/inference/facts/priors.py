@@ -1,0 +1,62 @@
+"""Priors from what the paste names and the allocator's own shares: the model's expected weights per GPU
+(oomdoctor.memory.model_size, from its name, dtype, quantization and TP/PP) against the card, and how
+much of the card PyTorch held and left reserved-but-unallocated. The differential reads them when no
+rule decides; ``prior-weights-exceed-card`` when even the low end of the estimate exceeds the card."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oomdoctor.evidence.parsers import sglang as sg
+from oomdoctor.evidence.parsers import vllm as vl
+from oomdoctor.memory import model_size
+
+if TYPE_CHECKING:
+    from oomdoctor.base.evidence import Event
+    from oomdoctor.inference.facts.store import Facts
+
+_START_KINDS = (sg.KIND_SERVER_ARGS, vl.KIND_ARGS, vl.KIND_ENGINE_CONFIG)
+
+
+def _argument(events: list[Event], key: str) -> str | None:
+    for e in events:
+        if e.kind in _START_KINDS and isinstance(e.get(key), str):
+            return str(e.get(key))
+    return None
+
+
+def prior_facts(f: Facts, events: list[Event]) -> None:
+    _allocator_shares(f)
+    model = f.get("model_path")
+    if not isinstance(model, str) or not model.strip():
+        return
+    prior = model_size.prior_of(model, _argument(events, "dtype"), _argument(events, "quantization"))
+    ref = f.ref("model_path")
+    f.set("model_named_multimodal", prior.multimodal, ref)
+    if prior.params is None:
+        return
+    f.set("model_params", f"{prior.params / 1e9:g}B" if prior.params >= 1e9 else f"{prior.params / 1e6:g}M", ref)
+    estimate = model_size.weights_per_rank(prior, f.get("tp_size") or 1, f.get("pp_size") or 1)
+    if estimate is None:
+        return
+    value, low, high = estimate
+    f.set("expected_weights_bytes", value.value, ref, derivation=value)
+    f.set("expected_weights_low_bytes", low, ref)
+    f.set("expected_weights_high_bytes", high, ref)
+    capacity = f.get("capacity_bytes")
+    if capacity:
+        refs = (ref, f.ref("capacity_bytes"))
+        f.set("expected_weights_share", round(value.value / capacity, 3), *refs)
+        f.set("expected_weights_low_share", round(low / capacity, 3), *refs)
+        f.set("expected_weights_high_share", round(high / capacity, 3), *refs)
+
+
+def _allocator_shares(f: Facts) -> None:
+    capacity, allocated, unallocated = f.get("capacity_bytes"), f.get("allocated_bytes"), f.get("reserved_unallocated_bytes")
+    if not capacity:
+        return
+    refs = (f.ref("allocated_bytes") or f.ref("oom_line"),)
+    if allocated is not None:
+        f.set("allocated_share", round(allocated / capacity, 4), *refs)
+    if unallocated is not None:
+        f.set("unallocated_share", round(unallocated / capacity, 4), *refs)

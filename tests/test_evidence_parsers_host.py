@@ -1,0 +1,55 @@
+"""Host and orchestrator records around a kill: Slurm, memory.events, kubectl's limit, restarts and exit code."""
+
+from __future__ import annotations
+
+from oomdoctor.base.evidence import Line, LineRef
+from oomdoctor.base.units import GIB
+from oomdoctor.evidence.parsers import host, pasted
+from oomdoctor.evidence.parsers import torch_oom as tt
+from oomdoctor.inference.facts import build
+from oomdoctor.inference.facts import pasted as pasted_facts
+from oomdoctor.inference.facts import torch as torch_facts
+
+
+def _feed(parser, *texts: str) -> list:
+    out = []
+    for i, text in enumerate(texts, 1):
+        out += parser.feed(Line(LineRef("x", i, text=text), text.strip()))
+    return out
+
+
+def test_the_spelled_out_names_agree() -> None:
+    assert pasted.HOST_ANCHORS == host.ANCHORS and torch_facts.KIND_HOST_DETAIL == host.KIND_HOST_DETAIL
+    assert build._PASTED_KINDS == pasted_facts.KINDS
+
+
+def test_kubectl_describe_limits_restarts_exit_code() -> None:
+    events = _feed(host.HostParser(), "Last State:     Terminated", "Reason:       OOMKilled", "Exit Code:    137", "Restart Count:  6", "Limits:", "cpu:             32", "memory:          256Gi", "nvidia.com/gpu:  8", "Requests:", "memory:          64Gi")
+    values = {k: v for e in events for k, v in e.values.items() if k != "limits_block"}
+    assert values == {"exit_code": 137, "restart_count": 6, "memory_limit_bytes": 256 * GIB}  # not the request's 64Gi
+
+
+def test_kubectl_json_limits_on_one_line_or_the_next() -> None:
+    one = _feed(host.HostParser(), '"limits": {"cpu": "8", "memory": "65536Mi"},', '"restartCount": 3,', '"exitCode": 137,')
+    assert [e.values for e in one] == [{"memory_limit_bytes": 64 * GIB}, {"restart_count": 3}, {"exit_code": 137}]
+    split = _feed(host.HostParser(), '"limits": {', '"cpu": "8",', '"memory": "64G"', "},")
+    assert split[-1].get("memory_limit_bytes") == 64 * 10**9  # G is 10**9, Gi 2**30
+
+
+def test_slurm_cgroup_and_kernel_records_are_host_kills() -> None:
+    def kill(text: str):
+        return [e for e in tt.TorchParser().feed(Line(LineRef("x", 1, text=text), text)) if e.kind == tt.KIND_HOST_OOM]
+
+    for text in (
+        "slurmstepd: error: Detected 1 oom-kill event(s) in step 3495064.0 cgroup. Some of your processes may have been killed by the cgroup out-of-memory handler.",
+        "slurmstepd: error: Detected 2 oom_kill events in StepId=4242.13. Some of the step tasks have been OOM Killed.",
+        "srun: error: gpu-node-17: task 0: Out Of Memory",
+        "oom_kill 2",
+    ):
+        (e,) = kill(text)
+        assert e.get("strength") == "strong", text
+    assert kill("oom_kill 0") == []
+    (k,) = kill("Memory cgroup out of memory: Killed process 51234 (python3) total-vm:412345678kB, anon-rss:65432100kB, file-rss:1234kB, shmem-rss:0kB, UID:0 pgtables:130000kB oom_score_adj:0")
+    assert (k.get("pid"), k.get("process_name"), k.get("rss_bytes")) == (51234, "python3", 65432100 * 1024)
+    (zero,) = _feed(host.HostParser(), "oom_kill 0")
+    assert zero.get("cgroup_oom_kills") == 0

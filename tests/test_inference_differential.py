@@ -1,0 +1,83 @@
+"""The differential of an OOM no rule decides: candidates by phase, evidence as odds, the check, the words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oomdoctor.advice.registry import known_advice
+from oomdoctor.base.units import GIB, MIB
+from oomdoctor.inference import differential as df
+from oomdoctor.inference.rule_engine import load_rules
+from oomdoctor.pipeline.diagnosis import diagnose
+
+from conftest import FIXTURES
+
+RULES = load_rules(known_advice=known_advice())
+
+
+def _classes(facts: dict) -> list[str]:
+    return [c.klass for c in df.differential(facts)]
+
+
+def test_uniform_over_the_phase_and_one_unnamed_cause() -> None:
+    # Graph capture read from frames: cuda_graph and another tenant only; each 1 / (2 + 1 unnamed).
+    got = df.differential({"phase": "graph_capture", "phase_source": "frames"})
+    assert [(c.klass, c.likelihood) for c in got] == [("cuda_graph", 0.33), ("foreign_process", 0.33)]
+    # A phase read from the lines around the failure only: the other classes stay, one step down.
+    weak = df.differential({"phase": "graph_capture", "phase_source": "context"})
+    assert [c.klass for c in weak[:2]] == ["cuda_graph", "foreign_process"] and len(weak) == df.SHOWN
+    assert all(c.evidence_against == ("the lines before the failure point to the graph capture phase",) for c in weak[2:])
+
+
+def test_the_class_contract_excludes_fragmentation_and_host_oom_needs_a_kill() -> None:
+    facts = {"phase": "decode", "phase_source": "frames", "requested_bytes": 2 * GIB, "reclaimable_bytes": GIB}
+    assert "fragmentation" not in _classes(facts)
+    assert "fragmentation" in _classes({**facts, "reclaimable_bytes": 3 * GIB})
+    assert "host_oom" not in _classes(facts) and "host_oom" in _classes({**facts, "host_kill_signal": True})
+
+
+def test_each_step_of_evidence_is_a_factor_of_four_in_the_odds() -> None:
+    base = {"phase": "kv_pool", "phase_source": "frames"}
+    even = {c.klass: c.likelihood for c in df.differential(base)}
+    assert even["weights_dont_fit"] == even["startup_kv"]
+    # Weights above the card by the model's name: two steps for (16 to 1 odds against the others' 1).
+    shifted = df.differential({**base, "expected_weights_low_share": 1.4, "expected_weights_share": 1.6, "expected_weights_low_bytes": 112 * GIB})
+    first = shifted[0]
+    assert (first.klass, first.likelihood) == ("weights_dont_fit", round(16 / (16 + 1 + 1 + 1), 2))
+    assert first.evidence_for == ("the model's weights, by its name, are at least 112.00 GiB a GPU: more than the card",)
+
+
+def test_no_confident_answer_from_one_weak_signal() -> None:
+    # PyTorch holding 99% of the card with nothing freed: one step for two classes, never 0.7.
+    facts = {"phase": "unknown", "phase_source": "none", "allocated_share": 0.99, "unallocated_share": 0.0003, "capacity_bytes": 80 * GIB}
+    assert all(c.likelihood < 0.7 for c in df.differential(facts))
+
+
+def test_the_summary_names_two_and_the_check_and_says_when_they_tie() -> None:
+    got = df.differential({"phase": "decode", "phase_source": "frames", "server_ready": True, "requested_bytes": 2 * GIB, "reclaimable_bytes": 512 * MIB})
+    text = df.summary(got)
+    assert text.startswith("Most likely runtime_activation (0.")
+    assert ", else " in text and "to tell them apart: the traceback above the OOM" in text
+    tied = df.summary(df.differential({"phase": "unknown", "phase_source": "none"}))
+    assert tied.startswith("Equally likely on this evidence: ")
+
+
+def test_unknown_oom_fixtures_all_carry_a_differential_in_the_json(run_cli) -> None:
+    for log in sorted((FIXTURES / "unknown-oom").glob("*.log")):
+        data = run_cli("diagnose", str(log), "--format", "json").json
+        if data["verdict"]["class"] != "unknown_oom":
+            assert "differential" not in data["verdict"]  # a decided verdict carries none
+            continue
+        diff = data["verdict"]["differential"]
+        assert diff and data["findings"][0]["differential"] == diff, log.name
+        assert all(set(c) == {"class", "likelihood", "for", "against", "check"} for c in diff)
+        assert data["verdict"]["summary"].startswith(("Most likely", "Equally likely")), log.name
+
+
+def test_a_paste_naming_a_small_model_ranks_weights_last(tmp_path: Path) -> None:
+    log = FIXTURES / "prior-weights-exceed-card" / "neg_vllm_8b_on_one_card.log"
+    d = diagnose([str(log)], RULES)
+    diff = d.findings[0].extra["differential"]
+    assert d.verdict_class == "unknown_oom" and diff[0]["class"] == "startup_kv"
+    weights = next(c for c in diff if c["class"] == "weights_dont_fit")
+    assert weights["against"] == ["the model's weights, by its name, are at most 16.39 GiB a GPU: less than half the card"]
