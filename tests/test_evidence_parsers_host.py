@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from oomdoctor.base.evidence import Line, LineRef
 from oomdoctor.base.units import GIB
-from oomdoctor.evidence.parsers import host, pasted
+from oomdoctor.evidence.parsers import host
 from oomdoctor.evidence.parsers import torch_oom as tt
 from oomdoctor.inference.facts import build
 from oomdoctor.inference.facts import pasted as pasted_facts
@@ -19,7 +19,7 @@ def _feed(parser, *texts: str) -> list:
 
 
 def test_the_spelled_out_names_agree() -> None:
-    assert pasted.HOST_ANCHORS == host.ANCHORS and torch_facts.KIND_HOST_DETAIL == host.KIND_HOST_DETAIL
+    assert torch_facts.KIND_HOST_DETAIL == host.KIND_HOST_DETAIL
     assert build._PASTED_KINDS == pasted_facts.KINDS
 
 

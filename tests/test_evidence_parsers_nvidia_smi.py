@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from oomdoctor.base.units import MIB
-from oomdoctor.evidence.parsers import environment, nvidia_smi, pasted
 from oomdoctor.evidence.parsers import nvidia_smi as smi
 from oomdoctor.input.files import InputStats
 from oomdoctor.pipeline.events import read_events
@@ -23,12 +22,6 @@ def _events(path: Path, kinds: frozenset[str] = smi.KINDS) -> tuple[list, InputS
 
 def _of(events: list, kind: str) -> list:
     return [e for e in events if e.kind == kind]
-
-
-def test_the_anchor_lists_agree() -> None:
-    # pasted.py spells them out so that a log without them imports neither parser.
-    assert pasted.SMI_ANCHORS == nvidia_smi.ANCHORS
-    assert pasted.ENV_ANCHORS == environment.ANCHORS
 
 
 def test_recorded_580_table_with_a_figure_wider_than_its_column() -> None:
@@ -171,7 +164,7 @@ def test_a_log_without_pasted_machine_state_imports_neither_parser() -> None:
         "from oomdoctor.pipeline.events import read_events\n"
         "from oomdoctor.input.files import InputStats\n"
         f"read_events({str(log)!r}, InputStats(path='x'))\n"
-        "names = ('oomdoctor.evidence.parsers.nvidia_smi', 'oomdoctor.evidence.parsers.environment', 'oomdoctor.inference.facts.pasted')\n"
+        "names = ('oomdoctor.evidence.parsers.nvidia_smi', 'oomdoctor.evidence.parsers.environment', 'oomdoctor.evidence.parsers.host', 'oomdoctor.inference.facts.pasted')\n"
         "print(','.join(m for m in names if m in sys.modules) or 'none')\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -21,32 +21,15 @@ they name. "Could not collect", "N/A" and "Module Not Found" are absence, not va
 from __future__ import annotations
 
 from oomdoctor.base.evidence import Event, Line, LineRef
+from oomdoctor.evidence.parsers.pasted import ENV_ANCHORS
 from oomdoctor.input.patterns import LazyRegex, lazy
 
 KIND_ENV = "env_fact"
 KIND_ENV_GPU = "env_gpu"
 KINDS = frozenset({KIND_ENV, KIND_ENV_GPU})
 
-ANCHORS: tuple[bytes, ...] = (
-    b"PyTorch version",
-    b"PyTorch: ",
-    b"CUDA runtime version",
-    b"CUDA used to build PyTorch",
-    b"Nvidia driver version",
-    b"CUDA Driver Version",
-    b"NVCC: ",
-    b"GPU models and configuration",
-    b": NVIDIA ",
-    b": Tesla ",
-    b"vLLM Version",
-    b"vllm: ",
-    b"sglang: ",
-    b"[pip3] torch==",
-    b"[pip3] vllm==",
-    b"[pip3] sglang==",
-    b"CUDA_VISIBLE_DEVICES=",
-    b"NVIDIA_VISIBLE_DEVICES=",
-)
+# The scanner's literals for this parser live in pasted.py, which routes lines here without importing it.
+ANCHORS: tuple[bytes, ...] = ENV_ANCHORS
 
 _VERSION = r"(?P<value>\d+(?:\.\d+)+[\w.+-]*)"
 # (fact name, pattern): the pattern's ``value`` group is the fact. Both eras of collect_env (colon, or

@@ -18,11 +18,13 @@ from __future__ import annotations
 import re
 
 from oomdoctor.base.evidence import Event, Line
+from oomdoctor.evidence.parsers.pasted import HOST_ANCHORS
 from oomdoctor.input.patterns import lazy
 
 KIND_HOST_DETAIL = "host_detail"
 
-ANCHORS: tuple[bytes, ...] = (b"Restart Count", b"restartCount", b"Exit Code", b"exitCode", b"Limits:", b'"limits"', b"oom_kill ")
+# The scanner's literals for this parser live in pasted.py, which routes lines here without importing it.
+ANCHORS: tuple[bytes, ...] = HOST_ANCHORS
 
 _RESTARTS_RE = lazy(("Restart Count", "restartCount"), r'(?:^Restart Count:\s*|"restartCount":\s*)(?P<n>\d+)')
 # cgroup v2 memory.events: "oom_kill 3" (a count above 0 is also the torch parser's host OOM); 0 says none.

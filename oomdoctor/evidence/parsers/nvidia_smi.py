@@ -26,6 +26,7 @@ import re
 
 from oomdoctor.base.evidence import Event, Line, LineRef
 from oomdoctor.base.units import MIB
+from oomdoctor.evidence.parsers.pasted import SMI_ANCHORS
 from oomdoctor.input.patterns import lazy
 
 KIND_SMI_DRIVER = "smi_driver"
@@ -39,19 +40,8 @@ KINDS = frozenset({KIND_SMI_DRIVER, KIND_SMI_GPU, KIND_SMI_PROCESS, KIND_SMI_NO_
 # machine but a few virtual ones, whose GPU line is still read as the line after a memory line or the
 # other GPU's rows), its memory line, the process rows (MiB, or a figure cut to "...") and the CSV
 # headers and rows.
-ANCHORS: tuple[bytes, ...] = (
-    b"NVIDIA-SMI",
-    b"00000000:",
-    b"MiB /",
-    b"MiB |",
-    b"... |",
-    b"No running processes found",
-    b"used_gpu_memory",
-    b"memory.total",
-    b"memory.used",
-    b" MiB\n",
-    b" MiB\r",
-)
+# The scanner's literals for this parser live in pasted.py, which routes lines here without importing it.
+ANCHORS: tuple[bytes, ...] = SMI_ANCHORS
 
 _HEADER_RE = lazy("NVIDIA-SMI", r"NVIDIA-SMI\s+(?P<smi>[\d.]+)(?:\s+Driver\s+Version:\s*(?P<driver>[\d.]+))?(?:\s+CUDA\s+Version:\s*(?P<cuda>[\d.]+|N/A))?")
 _BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"

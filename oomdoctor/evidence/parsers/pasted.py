@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from oomdoctor.evidence.parsers.host import HostParser
     from oomdoctor.evidence.parsers.nvidia_smi import NvidiaSmiParser
 
-# = nvidia_smi.ANCHORS + environment.ANCHORS (tests/test_evidence_parsers_pasted.py checks they agree).
+# The literals of the nvidia-smi, environment and host parsers, kept here (those modules import them) so that a
+# plain log, which holds none of them, imports none of those parsers.
 SMI_ANCHORS: tuple[bytes, ...] = (
     b"NVIDIA-SMI",
     b"00000000:",
@@ -49,7 +50,7 @@ ENV_ANCHORS: tuple[bytes, ...] = (
     b"CUDA_VISIBLE_DEVICES=",
     b"NVIDIA_VISIBLE_DEVICES=",
 )
-# = host.ANCHORS: kubectl's view of a killed container (its limit, restarts, exit code).
+# kubectl's view of a killed container (its limit, restarts, exit code).
 HOST_ANCHORS: tuple[bytes, ...] = (b"Restart Count", b"restartCount", b"Exit Code", b"exitCode", b"Limits:", b'"limits"', b"oom_kill ")
 ANCHORS: tuple[bytes, ...] = SMI_ANCHORS + ENV_ANCHORS + HOST_ANCHORS
 # What a line's text holds when one of the anchors was found on it (the newline of " MiB\n" is not in
