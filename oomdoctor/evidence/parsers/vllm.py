@@ -381,7 +381,10 @@ _DISPATCH: Dispatch[tuple[str, _Shape | None]] = Dispatch(tuple((pattern, (kind,
 
 # Error messages long enough to be hard-wrapped by a terminal ("... (4.26 GiB KV cach" / "e is needed");
 # a line that starts one but does not match whole is joined with the next lines before giving up.
-_WRAPPABLE = lazy(None, r"To serve at least one request|Free memory on device|The model's max seq len|No available memory for the cache")
+_WRAPPABLE = lazy(
+    ("To serve at least one request", "Free memory on device", "The model's max seq len", "No available memory for the cache"),
+    r"To serve at least one request|Free memory on device|The model's max seq len|No available memory for the cache",
+)
 _MAX_JOIN = 4
 
 
