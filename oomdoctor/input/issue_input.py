@@ -42,6 +42,9 @@ def _parsed_json(text: str) -> object:
         return _NOT_JSON
 
 
+_HEAD_BYTES = 65536
+
+
 def _may_be_markdown_issue(text: str, path: str) -> bool:
     """False only when issue_body cannot take ``text`` for a markdown bug report: keeps issue_body off a plain log's start.
 
@@ -50,7 +53,7 @@ def _may_be_markdown_issue(text: str, path: str) -> bool:
     """
     if path.lower().endswith(_ISSUE_SUFFIXES):
         return True
-    head = text[:65536]
+    head = text[:_HEAD_BYTES]
     return "```" in head or "~~~" in head or ("<" in head and _DETAILS_RE.search(head) is not None)
 
 
@@ -60,11 +63,14 @@ def issue_chunks(chunks: Iterable[bytes], path: str, display: str, on_issue: Cal
     if data is None:
         yield from rest
         return
-    text = data.decode("utf-8", "replace")
-    parsed = _parsed_json(text)
-    if parsed is _NOT_JSON and not _may_be_markdown_issue(text, path):
+    # Only a text that starts like JSON is read whole here; the markdown test reads the head, so a log
+    # (most small inputs) is decoded only as far as that: its first _HEAD_BYTES characters (at most 4 bytes each).
+    head = data[: 4 * _HEAD_BYTES].decode("utf-8", "replace")[:_HEAD_BYTES]
+    if not _EXPORT_START.match(head) and not _may_be_markdown_issue(head, path):
         yield data
         return
+    text = data.decode("utf-8", "replace")
+    parsed = _parsed_json(text)
     from oomdoctor.input import issue_body
 
     markdown = issue_body.thread_markdown(parsed) if parsed is not _NOT_JSON else None

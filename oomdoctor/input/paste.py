@@ -8,6 +8,12 @@ console export is read oldest first (ordering.py: the console showed the lines n
 each line's pieces in reading order). A larger input
 streams on untouched, with at most PASTE_MAX_BYTES held while that is decided. Each repair that
 applies calls its note, so the input says what was done to it.
+
+The repairs read every line (~18 ms/MB, more than the scan that follows), so only an input up to
+PASTE_HEAD_BYTES (every pasted excerpt of the corpus is far smaller) is always read by them. A larger
+one, up to PASTE_MAX_BYTES (a log file copied whole, a rank's or a rotated file), is repaired whole
+only when its head shows the damage: an indent on every line, a hard wrap, newest-first order; else
+it is read as it is, as a server's own file is. Pasted damage is on every line, so the head shows it.
 """
 
 from __future__ import annotations
@@ -16,13 +22,35 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.base.limits import whole_if_small
 from oomdoctor.input.indentation import dedent
-from oomdoctor.input.ordering import oldest_first
+from oomdoctor.input.ordering import is_newest_first, oldest_first
 from oomdoctor.input.unwrap import unwrap
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
 PASTE_MAX_BYTES = 8 << 20
+PASTE_HEAD_BYTES = 64 << 10
+# Of a larger input's head, the lines whose order is checked (the order test reads each line's time).
+HEAD_ORDER_LINES = 100
+
+
+def _ignore(*_: object) -> None:
+    return None
+
+
+def _head_damaged(data: bytes) -> bool:
+    """Whether the head of ``data`` (its whole lines within PASTE_HEAD_BYTES) needs one of the repairs."""
+    cut = data.rfind(b"\n", 0, PASTE_HEAD_BYTES)
+    head = data[: cut + 1] if cut >= 0 else data[:PASTE_HEAD_BYTES]
+    if dedent(head, _ignore) is not head or unwrap(head, _ignore) is not head:
+        return True
+    end = 0
+    for _ in range(HEAD_ORDER_LINES):
+        end = head.find(b"\n", end) + 1
+        if end == 0:
+            end = len(head)
+            break
+    return is_newest_first(head[:end])
 
 
 def repaired(
@@ -35,6 +63,9 @@ def repaired(
     data, rest = whole_if_small(chunks, PASTE_MAX_BYTES)
     if data is None:
         yield from rest
+        return
+    if len(data) > PASTE_HEAD_BYTES and not _head_damaged(data):
+        yield data
         return
     wraps: list[tuple[int, tuple[int, ...]]] = []
     data = unwrap(dedent(data, on_dedent), lambda width, pieces: wraps.append((width, pieces)))
