@@ -15,10 +15,19 @@ from oomdoctor.evidence.runs import COLLAPSED_RUNS, RUN_MARKER_KINDS, RunSegment
 from oomdoctor.input.files import InputStats, iter_line_chunks
 from oomdoctor.input.issue_input import issue_chunks
 from oomdoctor.input.paste import repaired
-from oomdoctor.input.scan import scan_lines
+from oomdoctor.input.scan import Reading, scan_lines
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Protocol
+
+    from oomdoctor.base.evidence import Line
     from oomdoctor.inference.nodes import NodeScan
+
+    class _Parser(Protocol):
+        def feed(self, line: Line) -> list[Event]: ...
+
+        def finish(self) -> list[Event]: ...
 
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS))
 _FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
@@ -115,6 +124,10 @@ class _EventStore:
             return
         self.tail.setdefault(kind, deque(maxlen=_KEEP_LAST)).append(event)
 
+    def counted(self, kind: str, n: int) -> None:
+        """``n`` occurrences of ``kind`` that were counted, not read (input/scan.py Reading)."""
+        self.counts[kind] = self.counts.get(kind, 0) + n
+
     def events(self) -> list[Event]:
         out = list(self.kept)
         for kind, tail in self.tail.items():
@@ -131,6 +144,58 @@ def _signature(events: list[Event]) -> tuple:
     return tuple((e.kind, tuple(sorted((k, repr(v)) for k, v in e.values.items() if k != COLLAPSED_RUNS))) for e in events)
 
 
+class _Route:
+    """Which lines a parser reads: every line while it is ``pending``, else the lines holding one of its
+    ANCHORS (the scanner's bits), NEEDLES or FOLDED_NEEDLES (lower-cased): a parser declares them with
+    every pattern it tries on a line holding one (evidence/parsers/sglang.py). A parser that declares
+    no ANCHORS or no ``pending`` reads every line."""
+
+    __slots__ = ("folded", "mask", "needles", "parser")
+
+    def __init__(self, parser: _Parser) -> None:
+        self.parser = parser
+        own = getattr(parser, "ANCHORS", None)
+        self.mask = -1 if own is None or not hasattr(parser, "pending") else sum(1 << ANCHORS.index(a) for a in own)
+        self.needles: tuple[str, ...] = getattr(parser, "NEEDLES", ())
+        self.folded: tuple[str, ...] = getattr(parser, "FOLDED_NEEDLES", ())
+
+    def wants(self, line: Line) -> bool:
+        """Whether the parser reads ``line`` now."""
+        return self.holds(line) or getattr(self.parser, "pending", True)
+
+    def holds(self, line: Line) -> bool:
+        """Whether ``line`` holds what the parser reads on a line of its own."""
+        if line.anchors & self.mask:
+            return True
+        msg = line.msg
+        if any(n in msg for n in self.needles):
+            return True
+        if self.folded:
+            # Lower-casing is how their patterns' IGNORECASE compares only on ASCII text.
+            if not msg.isascii():
+                return True
+            low = msg.lower()
+            return any(n in low for n in self.folded)
+        return False
+
+
+def _context_worth(parsers: tuple[_Parser, ...]) -> Callable[[bytes], bool]:
+    """Whether a line without an anchor may say something to a parser or the phase step by itself."""
+    needles = tuple({n.encode() for p in parsers for n in getattr(p, "NEEDLES", ())})
+    folded = tuple({n.encode() for p in parsers for n in getattr(p, "FOLDED_NEEDLES", ())} | {n.encode() for n, _ in phase_step.tables().context_needles})
+    everything = any(not hasattr(p, "ANCHORS") for p in parsers)
+
+    def worth(physical: bytes) -> bool:
+        if everything or not physical.isascii() or b"\x1b" in physical or b"^[" in physical:
+            return True  # colour codes may split a word the message holds once they are stripped
+        if any(n in physical for n in needles):
+            return True
+        low = physical.lower()
+        return any(n in low for n in folded)
+
+    return worth
+
+
 def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None) -> list[Event]:
     """Scan one input and run every parser over its lines; pure apart from reading the input.
 
@@ -138,6 +203,11 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
     same pass: the input is read once.
     """
     parsers = (sg.SGLangParser(), vl.VLLMParser(), tt.TorchParser(), rc.RecordParser())
+    routes = tuple(_Route(p) for p in parsers)
+    repeating: dict[bytes, str] = {a: kind for p in parsers for a, kind in getattr(p, "REPEATING", ())}
+    reading = Reading(
+        ANCHORS, lambda: any(getattr(p, "pending", True) for p in parsers), _context_worth(parsers), repeating, _KEEP_FIRST, _KEEP_LAST
+    )
     store = _EventStore()
     counter = [0]
     # Anchored lines no event has cited yet; a wrapped message cites its first line only once its
@@ -171,7 +241,7 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
     chunks = repaired(issue_chunks(iter_line_chunks(path, stats), path, display, issue_note), reversed_note, dedent_note, unwrap_note)
     if node_scan is not None:
         chunks = node_scan.reading(chunks, display)
-    for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS):
+    for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS, reading):
         if line.system:
             stats.system_hints[line.system] = stats.system_hints.get(line.system, 0) + 1
         if line.node:
@@ -187,8 +257,15 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
             if len(pending) > _UNPARSED_WINDOW:
                 pending.popitem(last=False)
                 unparsed += 1
-        for parser in parsers:
-            cite(parser.feed(line))
+        if line.replayed:
+            # Read after the lines that follow it: as a line on its own, by parsers of its own.
+            for route in routes:
+                if route.holds(line):
+                    cite(type(route.parser)().feed(line))
+        else:
+            for route in routes:
+                if route.wants(line):
+                    cite(route.parser.feed(line))
         # A line that says which phase the server was in (progress bars, serving traffic) is context
         # evidence, cited like any other event.
         context_rule = phase_step.classify_context(line.msg) if not line.msg.startswith(" ") else None
@@ -196,6 +273,8 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
             cite([Event(rc.KIND_CONTEXT, (line.ref,), {"phase": context_rule.phase, "after_failure": context_rule.after_failure})])
     for parser in parsers:
         cite(parser.finish())
+    for anchor, n in reading.dropped.items():
+        store.counted(repeating[anchor], n)
     stats.lines = counter[0]
     stats.unparsed_lines = unparsed + len(pending)
     return store.events()

@@ -280,12 +280,28 @@ def parse_oom_message(text: str) -> dict:
 
 
 class TorchParser:
-    """Incremental parser: ``feed`` one line at a time, ``finish`` at the end; no I/O."""
+    """Incremental parser: ``feed`` one line at a time, ``finish`` at the end; no I/O.
+
+    While not ``pending`` it reads only lines holding one of ANCHORS, NEEDLES or (lower-cased)
+    FOLDED_NEEDLES (pipeline/events.py routes the others past it): every pattern above holds one of them.
+    """
+
+    ANCHORS = ANCHORS
+    # What it reads on a line without an anchor: the allocator message with other blanks between its
+    # words (_OOM_START_HINT), cuBLAS's other status, a cgroup's kill, exit codes and signals of a kill.
+    NEEDLES: tuple[str, ...] = ("memory", "allocate", "CUBLAS_STATUS_NOT_INITIALIZED", "oom-kill:", "exit", "signal 9")
+    FOLDED_NEEDLES: tuple[str, ...] = ("cusolver_status_alloc_failed",)
+    REPEATING: tuple[tuple[bytes, str], ...] = ()
 
     def __init__(self) -> None:
         self._frames: dict[str | None, deque[tuple[str, str]]] = {}
         # (line refs, joined message, rank, exception name, wrapper seen before the message)
         self._pending: tuple[list[LineRef], str, str | None, str | None, str | None] | None = None
+
+    @property
+    def pending(self) -> bool:
+        """An allocator message is being joined with the lines after it."""
+        return self._pending is not None
 
     def _frames_of(self, rank: str | None) -> deque[tuple[str, str]]:
         frames = self._frames.get(rank)

@@ -389,10 +389,26 @@ _MAX_JOIN = 4
 
 
 class VLLMParser:
-    """Incremental parser for vLLM lines: ``feed`` one line at a time, ``finish`` at the end."""
+    """Incremental parser for vLLM lines: ``feed`` one line at a time, ``finish`` at the end.
+
+    While not ``pending`` it reads only lines holding one of ANCHORS or NEEDLES (pipeline/events.py
+    routes the others past it): every pattern above holds one of them.
+    """
+
+    ANCHORS = ANCHORS
+    # What it reads on a line without an anchor: two engine failures, and the start of a message whose
+    # anchor a terminal's wrap may have cut off.
+    NEEDLES: tuple[str, ...] = ("WorkerProc hit an exception", "EngineCore encountered a fatal error", "To serve at least one request", "No available memory for the cache")
+    FOLDED_NEEDLES: tuple[str, ...] = ()
+    REPEATING: tuple[tuple[bytes, str], ...] = ((b"is preempted by", KIND_PREEMPT),)
 
     def __init__(self) -> None:
         self._pending: tuple[list, str] | None = None
+
+    @property
+    def pending(self) -> bool:
+        """A message that may be hard-wrapped is being joined with the lines after it."""
+        return self._pending is not None
 
     def _match(self, msg: str, refs: tuple) -> list[Event]:
         for pattern, (kind, shape) in _DISPATCH.candidates(msg):
