@@ -24,8 +24,8 @@ file; 16 node files (``node00.log`` .., 8 TP ranks each); 128 rank files (``rank
 same server's log rotated into 4 MB files (``server.log``, ``server.log.1`` ..). The old generator
 (``benchmarks/generate.py``) is kept as one row per system.
 
-Each checkout (``--checkout DIR``, default this one) runs as ``python -m oomdoctor diagnose --format
-json PATHS`` with that directory as its working directory (the interpreter running this script, so
+Each checkout (``--checkout DIR``, default this one; its bytecode compiled first, as an installed wheel
+has it) runs as ``python -m oomdoctor diagnose --format json PATHS`` with that directory as its working directory (the interpreter running this script, so
 one virtual environment serves every checkout), alternated with ``grep -E -c`` with run.py's OOM
 triggers on the same paths, ``--runs`` times; medians are printed, and ``x grep`` is the median of
 each run's ratio to the grep run beside it. Peak RSS is the child's own (os.wait4). The JSON of the
@@ -441,6 +441,9 @@ def main() -> None:
             print(row.name)
         return
     checkouts = [c.resolve() for c in (args.checkout or [HERE.parent])]
+    for c in checkouts:
+        # As an installed wheel has it: without bytecode (PYTHONDONTWRITEBYTECODE) every run would compile the package.
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(c / "oomdoctor")], stdout=subprocess.DEVNULL, check=False)
     wanted = [r for r in ROWS if not args.rows or r.name in args.rows.split(",")]
     load = os.getloadavg()[0]
     names = " / ".join(c.name for c in checkouts)
