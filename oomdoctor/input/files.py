@@ -520,12 +520,14 @@ def iter_line_chunks(path: str, stats: InputStats) -> Iterator[bytes]:
                     continue
                 block = block[nl + 1 :]
                 skipping = False
-            buf = carry + block if carry else block
-            last_nl = buf.rfind(b"\n")
+            last_nl = block.rfind(b"\n")  # the carry holds none: it is what followed the last one
             if last_nl < 0:
-                carry = buf
+                carry += block
             else:
-                out, carry = buf[: last_nl + 1], buf[last_nl + 1 :]
+                # One copy of the block: the carry and the block's whole lines joined, not the two
+                # concatenated and then cut at the last newline.
+                out = b"".join((carry, memoryview(block)[: last_nl + 1])) if carry else block[: last_nl + 1]
+                carry = block[last_nl + 1 :]
                 if out:
                     yield out
             if len(carry) > MAX_LINE_BYTES:
