@@ -40,6 +40,7 @@ import random
 import statistics
 import subprocess
 import sys
+import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,7 +258,9 @@ ROWS: tuple[Row, ...] = (
     Row("sglang-access-0", "sglang", 0.1, access=0.0),
     Row("sglang-access-50", "sglang", 0.1, access=50.0),
     Row("sglang-16-nodes", "sglang", 0.1, layout="nodes16"),
+    Row("sglang-16-nodes-as-one", "sglang", 0.1, layout="nodes16-one", note="the 16 node files concatenated"),
     Row("sglang-128-ranks", "sglang", 0.1, layout="ranks128"),
+    Row("sglang-128-ranks-as-one", "sglang", 0.1, layout="ranks128-one", note="the 128 rank files concatenated"),
     Row("sglang-4mb-files", "sglang", 0.1, layout="rotated4mb"),
     Row("sglang-8mb", "sglang", 0.1, size_mb=8.0),
     Row("sglang-9mb", "sglang", 0.1, size_mb=9.0),
@@ -299,7 +302,7 @@ def _sglang_files(row: Row, directory: Path, total: int, rng: random.Random) -> 
             _fill(fh, sglang_body(rng, ranks, repeat, access, clock), total - 4000)
             fh.write(sglang_oom(3, clock))
         return _rotated(path, 4 << 20) if row.layout == "rotated4mb" else [path]
-    files, per_node = (16, 8) if row.layout == "nodes16" else (128, 1)
+    files, per_node = (16, 8) if row.layout.startswith("nodes16") else (128, 1)
     paths = []
     for f in range(files):
         ranks = [f * per_node + k for k in range(per_node)]
@@ -312,6 +315,14 @@ def _sglang_files(row: Row, directory: Path, total: int, rng: random.Random) -> 
             if f == files * 11 // 16:
                 fh.write(sglang_oom(ranks[0], clock))
         paths.append(path)
+    if row.layout.endswith("-one"):
+        # The same bytes as one file: what a collector that merges the ranks' output writes.
+        one = directory / "server.log"
+        with open(one, "wb") as out:
+            for path in paths:
+                out.write(path.read_bytes())
+                path.unlink()
+        return [one]
     return paths
 
 
@@ -338,7 +349,7 @@ def generate_row(row: Row, size_mb: float, out: Path = OUT) -> list[Path]:
     directory = out / f"{row.name}-{size:g}mb"
     done = directory / ".done"
     if done.exists():
-        return [directory] if row.layout != "one" else sorted(p for p in directory.iterdir() if p.name != ".done")
+        return [directory] if row.layout not in ("one", "nodes16-one", "ranks128-one") else sorted(p for p in directory.iterdir() if p.name != ".done")
     directory.mkdir(parents=True, exist_ok=True)
     for old in directory.iterdir():
         old.unlink()
@@ -366,10 +377,16 @@ def generate_row(row: Row, size_mb: float, out: Path = OUT) -> list[Path]:
 # --- measuring ------------------------------------------------------------------------------
 
 
+# The checkouts run without site's .pth files (-S; site-packages on PYTHONPATH instead): a development
+# venv's editable-install finder costs every start ~40 ms that an installed wheel does not.
+_ENV = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}
+SMALL = HERE.parent / "tests" / "fixtures" / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"
+
+
 def timed(cmd: list[str], cwd: Path | None = None) -> tuple[float, float, float, bytes, int]:
     """Wall seconds, CPU seconds (user + system), peak RSS (MB), stdout and exit code of ``cmd``."""
     started = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_ENV)
     out = p.stdout.read() if p.stdout else b""
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - started
@@ -394,9 +411,11 @@ def measure_row(row: Row, paths: list[Path], checkouts: list[Path], runs: int) -
     size_mb = sum(p.stat().st_size for p in files) / 1e6
     args = [str(p) for p in paths]
     grep = ["grep", "-E", "-c", TRIGGERS, *[str(p) for p in files]]
-    ours = [[sys.executable, "-m", "oomdoctor", "diagnose", "--format", "json", *args] for _ in checkouts]
+    ours = [[sys.executable, "-S", "-m", "oomdoctor", "diagnose", "--format", "json", *args] for _ in checkouts]
+    small = [sys.executable, "-S", "-m", "oomdoctor", "diagnose", "--format", "json", str(SMALL)]
     subprocess.run(["cat", *[str(p) for p in files]], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
     walls: list[list[float]] = [[] for _ in checkouts]
+    starts: list[list[float]] = [[] for _ in checkouts]
     cpus: list[list[float]] = [[] for _ in checkouts]
     ratios: list[list[float]] = [[] for _ in checkouts]
     rss: list[float] = [0.0 for _ in checkouts]
@@ -408,6 +427,7 @@ def measure_row(row: Row, paths: list[Path], checkouts: list[Path], runs: int) -
             w, cpu, peak, out, rc = timed(ours[i], checkout)
             if rc not in (0, 3):
                 raise SystemExit(f"{row.name}: {checkout}: exit {rc}")
+            starts[i].append(timed(small, checkout)[0])
             greps.append(g)
             walls[i].append(w)
             cpus[i].append(cpu)
@@ -421,6 +441,7 @@ def measure_row(row: Row, paths: list[Path], checkouts: list[Path], runs: int) -
         "anchored_per_mb": anchored_lines(paths, checkouts[-1]) / size_mb,
         "grep_s": statistics.median(greps),
         "walls": [statistics.median(w) for w in walls],
+        "starts": [statistics.median(w) for w in starts],
         "cpus": [statistics.median(c) for c in cpus],
         "ratios": [statistics.median(r) for r in ratios],
         "rss": rss,
@@ -450,13 +471,14 @@ def main() -> None:
     print(f"checkouts: {names}; {args.runs} runs each, paired with grep -E -c; load {load:.1f}")
     head = f"{'row':22} {'MB':>6} {'files':>5} {'anch/MB':>8} {'grep s':>7}"
     for c in checkouts:
-        head += f" | {c.name[:10]:>10} {'MB/s':>6} {'x grep':>6} {'cpu s':>6} {'RSS':>4}"
+        head += f" | {c.name[:10]:>10} {'MB/s':>6} {'net':>6} {'x grep':>6} {'cpu s':>6} {'RSS':>4}"
     print(head + " | same")
     for row in wanted:
         r = measure_row(row, generate_row(row, args.size_mb), checkouts, args.runs)
         line = f"{r['row']:22} {r['mb']:6.0f} {r['files']:5d} {r['anchored_per_mb']:8.1f} {r['grep_s']:7.3f}"
-        for w, ratio, cpu, rss in zip(r["walls"], r["ratios"], r["cpus"], r["rss"]):  # noqa: B905
-            line += f" | {w:9.2f}s {r['mb'] / w:6.0f} {ratio:6.2f} {cpu:6.2f} {rss:4.0f}"
+        for w, start, ratio, cpu, rss in zip(r["walls"], r["starts"], r["ratios"], r["cpus"], r["rss"]):  # noqa: B905
+            net = r["mb"] / (w - start) if w > start else float("inf")
+            line += f" | {w:9.2f}s {r['mb'] / w:6.0f} {net:6.0f} {ratio:6.2f} {cpu:6.2f} {rss:4.0f}"
         print(line + f" | {'yes' if r['same'] else 'NO'}", flush=True)
     print(f"load after: {os.getloadavg()[0]:.1f}")
 
