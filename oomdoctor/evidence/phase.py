@@ -59,6 +59,8 @@ class Tables(NamedTuple):
     any_context: LazyRegex | None = None
     # Each distinct needle of the context rules with the rules (indexes, in table order) it stands for.
     context_needles: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # Any of the needles, in one search: most lines hold none, and one search says so.
+    any_needle: LazyRegex | None = None
 
 
 class Phase(NamedTuple):
@@ -123,7 +125,8 @@ def parse_tables(data: dict[str, Any]) -> Tables:
     for i, rule in enumerate(context):
         for needle in rule.needles:
             by_needle.setdefault(needle, []).append(i)
-    return Tables(phases, frames, context, milestones, any_context, tuple((n, tuple(ids)) for n, ids in by_needle.items()))
+    any_needle = _lazy("|".join(re.escape(n) for n in sorted(by_needle))) if by_needle else None
+    return Tables(phases, frames, context, milestones, any_context, tuple((n, tuple(ids)) for n, ids in by_needle.items()), any_needle)
 
 
 def _needles(entry: dict[str, Any]) -> tuple[str, ...]:
@@ -179,6 +182,8 @@ def classify_context(text: str) -> ContextRule | None:
     found = tables()
     if text.isascii():
         low = text.lower()
+        if found.any_needle is None or found.any_needle.search(low) is None:
+            return None
         hits = {i for needle, ids in found.context_needles if needle in low for i in ids}
         if not hits:
             return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
@@ -181,17 +182,17 @@ class _Route:
 
 def _context_worth(parsers: tuple[_Parser, ...]) -> Callable[[bytes], bool]:
     """Whether a line without an anchor may say something to a parser or the phase step by itself."""
-    needles = tuple({n.encode() for p in parsers for n in getattr(p, "NEEDLES", ())})
-    folded = tuple({n.encode() for p in parsers for n in getattr(p, "FOLDED_NEEDLES", ())} | {n.encode() for n, _ in phase_step.tables().context_needles})
+    needles = {n.encode() for p in parsers for n in getattr(p, "NEEDLES", ())}
+    folded = {n.encode() for p in parsers for n in getattr(p, "FOLDED_NEEDLES", ())} | {n.encode() for n, _ in phase_step.tables().context_needles}
     everything = any(not hasattr(p, "ANCHORS") for p in parsers)
+    # One search for any of them (an alternation of literals: a few times faster than a test per literal).
+    case = re.compile(b"|".join(re.escape(n) for n in sorted(needles))) if needles else None
+    lower = re.compile(b"|".join(re.escape(n) for n in sorted(folded))) if folded else None
 
     def worth(physical: bytes) -> bool:
         if everything or not physical.isascii() or b"\x1b" in physical or b"^[" in physical:
             return True  # colour codes may split a word the message holds once they are stripped
-        if any(n in physical for n in needles):
-            return True
-        low = physical.lower()
-        return any(n in low for n in folded)
+        return (case is not None and case.search(physical) is not None) or (lower is not None and lower.search(physical.lower()) is not None)
 
     return worth
 
