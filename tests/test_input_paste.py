@@ -51,3 +51,14 @@ def test_damage_only_past_the_head_of_a_larger_input_is_not_looked_for() -> None
     # The same damage in a paste up to PASTE_HEAD_BYTES is repaired.
     small = "".join(short[:50]) + wrapped_tail
     assert _repair(small)[1] == [("unwrap", 120)]
+
+
+def test_a_larger_clean_input_streams_as_its_chunks_came() -> None:
+    """Not held whole nor copied into one buffer: the chunks pass through as they are, as a large log's do."""
+    from oomdoctor.input.issue_input import issue_chunks
+
+    lines = "".join(_log(9000)).encode()
+    chunks = [lines[i : i + (256 << 10)] for i in range(0, len(lines), 256 << 10)]
+    assert len(chunks) > 4 and sum(map(len, chunks)) < paste.PASTE_MAX_BYTES
+    assert list(paste.repaired(iter(chunks), print, print, print)) == chunks
+    assert list(issue_chunks(iter(chunks), "server.log", "server.log", print)) == chunks

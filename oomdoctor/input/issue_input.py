@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.evidence import Event, LineRef
-from oomdoctor.base.limits import whole_if_small
+from oomdoctor.base.limits import chained, take_head, whole_if_small
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -59,15 +59,19 @@ def _may_be_markdown_issue(text: str, path: str) -> bool:
 
 def issue_chunks(chunks: Iterable[bytes], path: str, display: str, on_issue: Callable[[list[Event]], None]) -> Iterator[bytes]:
     """Yield the chunks, or, when they hold an issue body, its log lines (and report its stated facts)."""
-    data, rest = whole_if_small(chunks, ISSUE_MAX_BYTES)
+    # Only a text that starts like JSON or whose head may be markdown is held whole and read here; a
+    # log (most inputs) is decoded only as far as its first _HEAD_BYTES characters (at most 4 bytes each)
+    # and streams on as it came.
+    first, more = take_head(chunks, 4 * _HEAD_BYTES)
+    start = first[0] if first and (len(first) == 1 or len(first[0]) >= 4 * _HEAD_BYTES) else b"".join(first)
+    head = start[: 4 * _HEAD_BYTES].decode("utf-8", "replace")[:_HEAD_BYTES]
+    if not _EXPORT_START.match(head) and not _may_be_markdown_issue(head, path):
+        yield from first
+        yield from more
+        return
+    data, rest = whole_if_small(chained(first, more), ISSUE_MAX_BYTES)
     if data is None:
         yield from rest
-        return
-    # Only a text that starts like JSON is read whole here; the markdown test reads the head, so a log
-    # (most small inputs) is decoded only as far as that: its first _HEAD_BYTES characters (at most 4 bytes each).
-    head = data[: 4 * _HEAD_BYTES].decode("utf-8", "replace")[:_HEAD_BYTES]
-    if not _EXPORT_START.match(head) and not _may_be_markdown_issue(head, path):
-        yield data
         return
     text = data.decode("utf-8", "replace")
     parsed = _parsed_json(text)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from oomdoctor.base.limits import whole_if_small
+from oomdoctor.base.limits import chained, take_head, whole_if_small
 from oomdoctor.input.indentation import dedent
 from oomdoctor.input.ordering import is_newest_first, oldest_first
 from oomdoctor.input.unwrap import unwrap
@@ -60,12 +60,15 @@ def repaired(
     on_unwrap: Callable[[int, tuple[int, ...]], None],
 ) -> Iterator[bytes]:
     """Pass chunks through; a small input is yielded once, repaired."""
-    data, rest = whole_if_small(chunks, PASTE_MAX_BYTES)
+    head, more = take_head(chunks, PASTE_HEAD_BYTES)
+    if sum(map(len, head)) > PASTE_HEAD_BYTES and not _head_damaged(head[0] if len(head[0]) > PASTE_HEAD_BYTES else b"".join(head)):
+        # Read as it is, as it came: not held whole (nor copied into one buffer) while that is decided.
+        yield from head
+        yield from more
+        return
+    data, rest = whole_if_small(chained(head, more), PASTE_MAX_BYTES)
     if data is None:
         yield from rest
-        return
-    if len(data) > PASTE_HEAD_BYTES and not _head_damaged(data):
-        yield data
         return
     wraps: list[tuple[int, tuple[int, ...]]] = []
     data = unwrap(dedent(data, on_dedent), lambda width, pieces: wraps.append((width, pieces)))
