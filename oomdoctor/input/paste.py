@@ -12,8 +12,9 @@ applies calls its note, so the input says what was done to it.
 The repairs read every line (~18 ms/MB, more than the scan that follows), so only an input up to
 PASTE_HEAD_BYTES (every pasted excerpt of the corpus is far smaller) is always read by them. A larger
 one, up to PASTE_MAX_BYTES (a log file copied whole, a rank's or a rotated file), is repaired whole
-only when its head shows the damage: an indent on every line, a hard wrap, newest-first order; else
-it is read as it is, as a server's own file is. Pasted damage is on every line, so the head shows it.
+only when its head (its first HEAD_SAMPLE_BYTES) shows the damage: an indent on every line, a hard
+wrap, newest-first order; else it streams as it came, as a server's own file does. Pasted damage is
+on every line, so the head shows it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ if TYPE_CHECKING:
 
 PASTE_MAX_BYTES = 8 << 20
 PASTE_HEAD_BYTES = 64 << 10
-# Of a larger input's head, the lines whose order is checked (the order test reads each line's time).
+# Of a larger input, the head read for damage: its whole lines within these bytes (the wrap test reads
+# each), and of them the first HEAD_ORDER_LINES for the order (the order test reads each line's time).
+HEAD_SAMPLE_BYTES = 16 << 10
 HEAD_ORDER_LINES = 100
 
 
@@ -39,9 +42,9 @@ def _ignore(*_: object) -> None:
 
 
 def _head_damaged(data: bytes) -> bool:
-    """Whether the head of ``data`` (its whole lines within PASTE_HEAD_BYTES) needs one of the repairs."""
-    cut = data.rfind(b"\n", 0, PASTE_HEAD_BYTES)
-    head = data[: cut + 1] if cut >= 0 else data[:PASTE_HEAD_BYTES]
+    """Whether the head of ``data`` (its whole lines within HEAD_SAMPLE_BYTES) needs one of the repairs."""
+    cut = data.rfind(b"\n", 0, HEAD_SAMPLE_BYTES)
+    head = data[: cut + 1] if cut >= 0 else data[:HEAD_SAMPLE_BYTES]
     if dedent(head, _ignore) is not head or unwrap(head, _ignore) is not head:
         return True
     end = 0
