@@ -425,3 +425,21 @@ def test_driver_and_library_allocation_failures(text: str, source: str) -> None:
 )
 def test_other_errors_and_mentions_of_the_status_are_no_oom(text: str) -> None:
     assert [e for e in feed([text]) if e.kind in (KIND_OOM, KIND_DRIVER_OOM)] == []
+
+
+def test_the_oom_start_hint_holds_wherever_the_start_pattern_matches() -> None:
+    """_OOM_START_RE is tried only where _OOM_START_HINT matches: on every fixture line (and its joined and
+    re-spaced forms) a start match implies a hint match."""
+    from oomdoctor.evidence.parsers import torch_oom as tt
+
+    from conftest import FIXTURES
+
+    lines = [line for p in sorted(FIXTURES.rglob("*")) if p.is_file() and p.suffix in (".log", ".txt", ".md") for line in p.read_text(errors="replace").splitlines()]
+    lines += [line.replace(" ", "") for line in lines if "memory" in line] + [line.replace(" ", "\n ") for line in lines if "allocate" in line]
+    started = 0
+    for line in lines:
+        if tt._OOM_START_RE.search(line):
+            started += 1
+            assert tt._OOM_START_HINT.search(line), line
+            assert tt._oom_start(line) is not None
+    assert started > 300

@@ -17,7 +17,7 @@ def test_every_table_pattern_compiles() -> None:
 
 
 def test_a_bad_pattern_fails_at_first_use_not_silently() -> None:
-    text = '[phases.serving]\nstage = "serving"\n[[context]]\nphase = "serving"\npattern = "(unclosed"\n'
+    text = '[phases.serving]\nstage = "serving"\n[[context]]\nphase = "serving"\npattern = "(unclosed"\nneedles = ["x"]\n'
     tables = phase.parse_tables(tomllib.loads(text))
     try:
         tables.context[0].pattern.search("x")
@@ -101,3 +101,61 @@ def test_the_one_context_search_matches_exactly_where_some_rule_does() -> None:
         matched += some_rule
     assert matched > 50
     assert phase._scoped("(?i)warm up") == "(?i:warm up)" and phase._scoped("a(?i:b)") == "a(?i:b)"
+
+
+def _every_fixture_line() -> list[str]:
+    from conftest import FIXTURES
+
+    lines: list[str] = []
+    for log in sorted(FIXTURES.rglob("*")):
+        if log.is_file() and log.suffix in (".log", ".txt", ".md", ".out"):
+            lines += log.read_text(errors="replace").splitlines()
+    return lines
+
+
+def test_every_context_rule_s_example_line_holds_one_of_its_needles_and_matches() -> None:
+    """Each rule's example_line (a line as the engine prints it) is matched by its pattern, holds one of its
+    needles, and is classified as that rule (or one before it)."""
+    from oomdoctor.base import built_in
+
+    entries = built_in.table("phases.toml")["context"]
+    rules = phase.tables().context
+    assert len(entries) == len(rules) >= 10
+    for i, (entry, rule) in enumerate(zip(entries, rules, strict=True)):
+        line = entry["example_line"]
+        assert rule.pattern.search(line), (line, rule.pattern.source)
+        assert any(n in line.lower() for n in rule.needles), (line, rule.needles)
+        found = phase.classify_context(line)
+        assert found is not None and rules.index(found) <= i, line
+
+
+def test_a_line_a_context_pattern_matches_holds_one_of_its_needles() -> None:
+    """The needles gate the patterns: on every fixture line (and its upper-case copy, for the (?i) rules), a
+    match of a rule means one of the rule's needles is in the lower-cased line, and classify_context gives the
+    first rule of the table that matches, as trying every rule in order does."""
+    tables = phase.tables()
+    lines = _every_fixture_line()
+    lines += [line.upper() for line in lines[:5000]]
+    matched = 0
+    for line in lines:
+        if not line.isascii():
+            continue
+        first = next((rule for rule in tables.context if rule.pattern.search(line)), None)
+        for rule in tables.context:
+            if rule.pattern.search(line):
+                assert any(n in line.lower() for n in rule.needles), (line, rule.pattern.source, rule.needles)
+        expected = None if first is None or phase.late_copy(line) else first
+        assert phase.classify_context(line) == expected, line
+        matched += first is not None
+    assert matched > 500
+
+
+def test_needles_are_required_and_lower_case() -> None:
+    base = '[phases.serving]\nstage = "serving"\n[[context]]\nphase = "serving"\npattern = "Received request"\n'
+    for bad in ("", 'needles = []\n', 'needles = ["Received"]\n'):
+        try:
+            phase.parse_tables(tomllib.loads(base + bad))
+        except ValueError as e:
+            assert "needles" in str(e)
+            continue
+        raise AssertionError(f"needles {bad!r} accepted")

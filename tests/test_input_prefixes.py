@@ -115,3 +115,25 @@ def test_timestamps_at_the_edge_of_the_calendar_do_not_raise() -> None:
 
     key = timestamps.parse("9999-12-31 23:59:59-1400")
     assert key is not None and timestamps.at_precision(key, timestamps.TIME_OF_DAY) >= 0
+
+
+def test_an_entry_is_tried_only_on_text_its_first_character_can_start() -> None:
+    """split_prefix tries an entry only where _FIRST_CHARS says it can start: every match of every entry,
+    on every fixture line and on each line with its prefixes removed one by one, starts with such a character."""
+    from oomdoctor.input import prefixes
+
+    from conftest import FIXTURES
+
+    texts = [line for p in sorted(FIXTURES.rglob("*")) if p.is_file() and p.suffix in (".log", ".txt", ".md") for line in p.read_text(errors="replace").splitlines()]
+    texts += [" 0: x", "\u00a0| 2025-01-01T00:00:00", "\u0661\u0662\u0663\u0664-01-01 00:00:00 [INFO] x", "> x", "|", ""]
+    matched = 0
+    for text in texts:
+        for _ in range(4):
+            for name, pattern in prefixes._PREFIXES:
+                m = pattern.match(text)
+                if m and m.end():
+                    matched += 1
+                    assert prefixes._FIRST_CHARS[name].match(text[:1]), (name, text)
+                    assert (name, pattern) in prefixes._entries(text)
+            text = split_prefix(text).msg if split_prefix(text).msg != text else text[1:]
+    assert matched > 1000

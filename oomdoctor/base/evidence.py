@@ -35,6 +35,12 @@ class Line(NamedTuple):
     anchored: bool = True  # False for a context line read only because it follows an anchor
     system: str | None = None  # the serving system the line's prefix style belongs to, if any
     node: str | None = None  # the node a multiplexing prefix names (kubectl --prefix, srun -l, Ray ip=)
+    # Of an anchored line, one bit per anchor of the scan it holds (bit i: the scan's i-th anchor; -1:
+    # not known, every bit): which parsers it is for.
+    anchors: int = -1
+    # A line of a repeating kind read after the lines that follow it (input/scan.py Reading): it has
+    # no place in a parser's sequence of lines, so it is read as a line on its own.
+    replayed: bool = False
 
 
 class Event(NamedTuple):

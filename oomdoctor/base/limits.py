@@ -125,6 +125,28 @@ def whole_if_small(chunks: Iterable[bytes], max_bytes: int) -> tuple[bytes | Non
     return b"".join(buffered), iter(())
 
 
+def take_head(chunks: Iterable[bytes], min_bytes: int) -> tuple[list[bytes], Iterator[bytes]]:
+    """The first chunks, until they hold more than ``min_bytes`` (or all there are), and the rest after them.
+
+    For a decision on an input's head (a paste's damage, a bug report's fences) that lets the input
+    stream on as it came when the head says nothing is to be done.
+    """
+    head: list[bytes] = []
+    size = 0
+    it = iter(chunks)
+    for chunk in it:
+        head.append(chunk)
+        size += len(chunk)
+        if size > min_bytes:
+            break
+    return head, it
+
+
+def chained(head: list[bytes], rest: Iterator[bytes]) -> Iterator[bytes]:
+    """``head``'s chunks, then the rest (what take_head split)."""
+    return _chain(head, rest)
+
+
 def _chain(head: list[bytes], rest: Iterator[bytes]) -> Iterator[bytes]:
     yield from head
     yield from rest

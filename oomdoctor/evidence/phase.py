@@ -45,6 +45,8 @@ class ContextRule(NamedTuple):
     example: str
     # A line that names the stage that failed (multi-stage servers) counts even after the failure.
     after_failure: bool = False
+    # Lower-case literals of which every match of ``pattern``, lower-cased, holds one.
+    needles: tuple[str, ...] = ()
 
 
 class Tables(NamedTuple):
@@ -52,9 +54,13 @@ class Tables(NamedTuple):
     frames: tuple[FrameRule, ...]
     context: tuple[ContextRule, ...]
     milestones: dict[str, str]
-    # Every context pattern in one alternation: most lines match none, and one search says so where a
-    # search per rule took ~13 (each rule is still tried in order on a line this one matches).
+    # Every context pattern in one alternation, for a line that is not ASCII (where lower-casing is not
+    # how the patterns' (?i) compares): one search says no where a search per rule took ~13.
     any_context: LazyRegex | None = None
+    # Each distinct needle of the context rules with the rules (indexes, in table order) it stands for.
+    context_needles: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # Any of the needles, in one search: most lines hold none, and one search says so.
+    any_needle: LazyRegex | None = None
 
 
 class Phase(NamedTuple):
@@ -108,12 +114,26 @@ def parse_tables(data: dict[str, Any]) -> Tables:
         for e in data.get("frames", [])
     )
     context = tuple(
-        ContextRule(known(e["phase"], "context"), _lazy(e["pattern"]), e.get("example", ""), bool(e.get("after_failure", False)))
+        ContextRule(
+            known(e["phase"], "context"), _lazy(e["pattern"]), e.get("example", ""), bool(e.get("after_failure", False)), _needles(e)
+        )
         for e in data.get("context", [])
     )
     milestones = {e["kind"]: known(e["phase"], "milestones") for e in data.get("milestones", [])}
     any_context = _lazy("|".join(f"(?:{_scoped(e['pattern'])})" for e in data.get("context", []))) if context else None
-    return Tables(phases, frames, context, milestones, any_context)
+    by_needle: dict[str, list[int]] = {}
+    for i, rule in enumerate(context):
+        for needle in rule.needles:
+            by_needle.setdefault(needle, []).append(i)
+    any_needle = _lazy("|".join(re.escape(n) for n in sorted(by_needle))) if by_needle else None
+    return Tables(phases, frames, context, milestones, any_context, tuple((n, tuple(ids)) for n, ids in by_needle.items()), any_needle)
+
+
+def _needles(entry: dict[str, Any]) -> tuple[str, ...]:
+    needles = tuple(entry.get("needles", ()))
+    if not needles or any(not n or n != n.lower() for n in needles):
+        raise ValueError(f"phases.toml: context {entry.get('pattern')!r}: needles must be a non-empty list of lower-case literals")
+    return needles
 
 
 _LEADING_FLAGS = re.compile(r"\(\?([aiLmsux]+)\)")
@@ -154,13 +174,27 @@ def late_copy(text: str) -> bool:
 
 
 def classify_context(text: str) -> ContextRule | None:
-    """The context rule a log line matches (its phase, and whether it may follow the failure), or None."""
+    """The context rule a log line matches (its phase, and whether it may follow the failure), or None.
+
+    Only the rules one of whose needles the line holds are tried (one pass over the needles; most log
+    lines hold none), in table order: the first that matches is the first of the whole table that does.
+    """
+    found = tables()
+    if text.isascii():
+        low = text.lower()
+        if found.any_needle is None or found.any_needle.search(low) is None:
+            return None
+        hits = {i for needle, ids in found.context_needles if needle in low for i in ids}
+        if not hits:
+            return None
+        rules = [found.context[i] for i in sorted(hits)]
+    elif found.any_context is not None and found.any_context.search(text) is None:
+        return None
+    else:
+        rules = list(found.context)
     if late_copy(text):
         return None
-    found = tables()
-    if found.any_context is not None and found.any_context.search(text) is None:
-        return None
-    for rule in found.context:
+    for rule in rules:
         if rule.pattern.search(text):
             return rule
     return None

@@ -223,10 +223,11 @@ class NodeScan:
     def reading(self, chunks: Iterable[bytes], display: str) -> Iterator[bytes]:
         """Pass the main read's chunks through, reading this scan's anchored lines of each on the way."""
         for chunk in chunks:
-            for line in scan_lines((chunk,), display, ANCHORS, [0]):
+            counter = [0]  # the chunk's lines, counted by the scan (a second count of every chunk cost as much as the scan)
+            for line in scan_lines((chunk,), display, ANCHORS, counter):
                 if line.anchored:
                     self.feed(line._replace(ref=line.ref._replace(line=line.ref.line + self.lines_before)))
-            self.lines_before += chunk.count(b"\n")
+            self.lines_before += counter[0]
             yield chunk
 
     def feed(self, line: Line) -> None:

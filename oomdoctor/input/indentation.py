@@ -34,8 +34,22 @@ def _worth_removing(lines: list[bytes], indent: bytes) -> bool:
     return False
 
 
+def _first_content_line(data: bytes) -> bytes:
+    """The first line of ``data`` that is not blank (b"" when there is none)."""
+    pos = 0
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        end = len(data) if end < 0 else end
+        if data[pos:end].strip(_BLANK):
+            return data[pos:end]
+        pos = end + 1
+    return b""
+
+
 def dedent(data: bytes, on_dedent: Callable[[int], None]) -> bytes:
     """``data`` as it is, or with the indent every non-blank line shares removed."""
+    if not _first_content_line(data).startswith((b" ", b"\t")):
+        return data  # a line at the margin: no indent is common to every line
     lines = data.split(b"\n")
     indent = common_indent(lines)
     if not indent or not _worth_removing(lines, indent):

@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.evidence import Event, LineRef
-from oomdoctor.base.limits import whole_if_small
+from oomdoctor.base.limits import chained, take_head, whole_if_small
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -42,6 +42,9 @@ def _parsed_json(text: str) -> object:
         return _NOT_JSON
 
 
+_HEAD_BYTES = 65536
+
+
 def _may_be_markdown_issue(text: str, path: str) -> bool:
     """False only when issue_body cannot take ``text`` for a markdown bug report: keeps issue_body off a plain log's start.
 
@@ -50,21 +53,28 @@ def _may_be_markdown_issue(text: str, path: str) -> bool:
     """
     if path.lower().endswith(_ISSUE_SUFFIXES):
         return True
-    head = text[:65536]
+    head = text[:_HEAD_BYTES]
     return "```" in head or "~~~" in head or ("<" in head and _DETAILS_RE.search(head) is not None)
 
 
 def issue_chunks(chunks: Iterable[bytes], path: str, display: str, on_issue: Callable[[list[Event]], None]) -> Iterator[bytes]:
     """Yield the chunks, or, when they hold an issue body, its log lines (and report its stated facts)."""
-    data, rest = whole_if_small(chunks, ISSUE_MAX_BYTES)
+    # Only a text that starts like JSON or whose head may be markdown is held whole and read here; a
+    # log (most inputs) is decoded only as far as its first _HEAD_BYTES characters (at most 4 bytes each)
+    # and streams on as it came.
+    first, more = take_head(chunks, 4 * _HEAD_BYTES)
+    start = first[0] if first and (len(first) == 1 or len(first[0]) >= 4 * _HEAD_BYTES) else b"".join(first)
+    head = start[: 4 * _HEAD_BYTES].decode("utf-8", "replace")[:_HEAD_BYTES]
+    if not _EXPORT_START.match(head) and not _may_be_markdown_issue(head, path):
+        yield from first
+        yield from more
+        return
+    data, rest = whole_if_small(chained(first, more), ISSUE_MAX_BYTES)
     if data is None:
         yield from rest
         return
     text = data.decode("utf-8", "replace")
     parsed = _parsed_json(text)
-    if parsed is _NOT_JSON and not _may_be_markdown_issue(text, path):
-        yield data
-        return
     from oomdoctor.input import issue_body
 
     markdown = issue_body.thread_markdown(parsed) if parsed is not _NOT_JSON else None

@@ -8,21 +8,52 @@ console export is read oldest first (ordering.py: the console showed the lines n
 each line's pieces in reading order). A larger input
 streams on untouched, with at most PASTE_MAX_BYTES held while that is decided. Each repair that
 applies calls its note, so the input says what was done to it.
+
+The repairs read every line (~18 ms/MB, more than the scan that follows), so only an input up to
+PASTE_HEAD_BYTES (every pasted excerpt of the corpus is far smaller) is always read by them. A larger
+one, up to PASTE_MAX_BYTES (a log file copied whole, a rank's or a rotated file), is repaired whole
+only when its head (its first HEAD_SAMPLE_BYTES) shows the damage: an indent on every line, a hard
+wrap, newest-first order; else it streams as it came, as a server's own file does. Pasted damage is
+on every line, so the head shows it.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from oomdoctor.base.limits import whole_if_small
+from oomdoctor.base.limits import chained, take_head, whole_if_small
 from oomdoctor.input.indentation import dedent
-from oomdoctor.input.ordering import oldest_first
+from oomdoctor.input.ordering import is_newest_first, oldest_first
 from oomdoctor.input.unwrap import unwrap
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
 PASTE_MAX_BYTES = 8 << 20
+PASTE_HEAD_BYTES = 64 << 10
+# Of a larger input, the head read for damage: its whole lines within these bytes (the wrap test reads
+# each), and of them the first HEAD_ORDER_LINES for the order (the order test reads each line's time).
+HEAD_SAMPLE_BYTES = 16 << 10
+HEAD_ORDER_LINES = 100
+
+
+def _ignore(*_: object) -> None:
+    return None
+
+
+def _head_damaged(data: bytes) -> bool:
+    """Whether the head of ``data`` (its whole lines within HEAD_SAMPLE_BYTES) needs one of the repairs."""
+    cut = data.rfind(b"\n", 0, HEAD_SAMPLE_BYTES)
+    head = data[: cut + 1] if cut >= 0 else data[:HEAD_SAMPLE_BYTES]
+    if dedent(head, _ignore) is not head or unwrap(head, _ignore) is not head:
+        return True
+    end = 0
+    for _ in range(HEAD_ORDER_LINES):
+        end = head.find(b"\n", end) + 1
+        if end == 0:
+            end = len(head)
+            break
+    return is_newest_first(head[:end])
 
 
 def repaired(
@@ -32,7 +63,13 @@ def repaired(
     on_unwrap: Callable[[int, tuple[int, ...]], None],
 ) -> Iterator[bytes]:
     """Pass chunks through; a small input is yielded once, repaired."""
-    data, rest = whole_if_small(chunks, PASTE_MAX_BYTES)
+    head, more = take_head(chunks, PASTE_HEAD_BYTES)
+    if sum(map(len, head)) > PASTE_HEAD_BYTES and not _head_damaged(head[0] if len(head[0]) > PASTE_HEAD_BYTES else b"".join(head)):
+        # Read as it is, as it came: not held whole (nor copied into one buffer) while that is decided.
+        yield from head
+        yield from more
+        return
+    data, rest = whole_if_small(chained(head, more), PASTE_MAX_BYTES)
     if data is None:
         yield from rest
         return

@@ -41,15 +41,21 @@ def _sglang_rank(tags: str) -> str | None:
     return tags or None
 
 
+_RANK_ATTR = re.compile(r"rank=(\d+)")
+_RANK_PART = re.compile(r"(?:DP|TP|PP|EP|DCP|PCP)\d+")
+_PID_ATTR = re.compile(r"pid=(\d+)")
+_IP_ATTR = re.compile(r"\bip=([0-9a-fA-F.:]+)")
+
+
 def _vllm_proc_rank(name: str, attrs: str) -> str | None:
     # (VllmWorker rank=3 pid=N) -> rank3; (Worker_TP0_EP0 pid=N) -> TP0 EP0; (EngineCore_DP0 ...) -> DP0
-    m = re.compile(r"rank=(\d+)").search(attrs)
+    m = _RANK_ATTR.search(attrs)
     if m:
         return f"rank{m.group(1)}"
-    parts = [p for p in name.split("_")[1:] if re.compile(r"(?:DP|TP|PP|EP|DCP|PCP)\d+").fullmatch(p)]
+    parts = [p for p in name.split("_")[1:] if _RANK_PART.fullmatch(p)]
     if parts:
         return " ".join(parts)
-    m = re.compile(r"pid=(\d+)").search(attrs)
+    m = _PID_ATTR.search(attrs)
     if name.startswith(("VllmWorkerProcess", "RayWorkerWrapper", "Worker")) and m:
         return f"pid{m.group(1)}"
     return None
@@ -122,6 +128,43 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+# The characters each entry can start with, as a one-character pattern (the same \d and \s as the
+# entry's own): a line is tried only against the entries its first character can start
+# (tests/test_input_prefixes.py checks every entry's matches against its class).
+_FIRST_CHARS: dict[str, re.Pattern[str]] = {
+    name: re.compile(chars)
+    for name, chars in (
+        ("kubectl", r"\["),
+        ("srun", r"[ \d]"),
+        ("ray", r"\("),
+        ("markdown", r"[ >]"),
+        ("docker", r"[A-Za-z0-9]"),
+        ("djl", r"[IWED]"),
+        ("buildkite_gutter", r"[\s|]"),
+        ("iso_ts", r"[\[\d]"),
+        ("torch_rank", r"\["),
+        ("sglang", r"\["),
+        ("sglang_gpu", r"\["),
+        ("vllm_proc", r"\("),
+        ("vllm_level", r"[DIWEC]"),
+        ("pylogging", r"\d"),
+        ("supervisor", r"\("),
+    )
+}
+_BY_FIRST: dict[str, tuple[tuple[str, re.Pattern[str]], ...]] = {}
+
+
+def _entries(text: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    """The entries of _PREFIXES, in order, that a text starting like ``text`` can match."""
+    first = text[:1]
+    found = _BY_FIRST.get(first)
+    if found is None:
+        found = tuple(e for e in _PREFIXES if first and _FIRST_CHARS[e[0]].match(first))
+        if first.isascii():  # a bounded table: 128 entries at most
+            _BY_FIRST[first] = found
+    return found
+
+
 # The prefixes a program's logger writes (see Stripped.program); the others are collectors'.
 _PROGRAM_PREFIXES = frozenset({"ray", "torch_rank", "sglang", "sglang_gpu", "vllm_proc", "vllm_level", "pylogging"})
 
@@ -158,7 +201,7 @@ def split_prefix(raw: str) -> Stripped:
     container: str | None = None
     program = False
     for _ in range(8):
-        for name, pattern in _PREFIXES:
+        for name, pattern in _entries(text):
             m = pattern.match(text)
             if not m or m.end() == 0:
                 continue
@@ -194,7 +237,7 @@ def split_prefix(raw: str) -> Stripped:
             elif name in ("vllm_proc", "vllm_level"):
                 system = system or "vllm"
             if name == "vllm_proc":
-                ip = re.compile(r"\bip=([0-9a-fA-F.:]+)").search(groups["attrs"])
+                ip = _IP_ATTR.search(groups["attrs"])
                 if ip and node is None:
                     node, node_source = ip.group(1), "ray prefix"
                 tag = _vllm_proc_rank(groups["name"], groups["attrs"])

@@ -24,21 +24,23 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections import deque
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.evidence import Line, LineRef
 from oomdoctor.input.prefixes import split_prefix, strip_ansi
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
     from typing import Protocol
 
     # The interface every backend below has; only annotations name it.
     class Backend(Protocol):
         name: str
 
-        def anchored_lines(self, chunk: bytes) -> list[tuple[int, int]]:
-            """(line start, index of the first anchor on it) for every line holding an anchor, in order."""
+        def anchored_lines(self, chunk: bytes) -> list[tuple[int, int, int]]:
+            """(line start, index of the first anchor on it, the bit set of every anchor on it, or ALL
+            when the backend does not know them) for every line holding an anchor, in order."""
             ...
 
 # Lines after an anchor that are also read: wrapped OOM messages, the multi-line KV allocator
@@ -47,9 +49,15 @@ CONTEXT_LINES = 3
 
 MAX_TEXT_CHARS = 4000
 
+# Of the lines not read, the last ones whose prefixes are read when an unprefixed line needs its rank.
+UNREAD_KEPT = 4
+
 # Lines above a failure line that are also read, for the phase step's context (serving traffic,
 # loader or capture progress). Twelve covers a traceback header block and a few log lines.
 BEFORE_LINES = 12
+
+# The anchor bits of a line whose backend reported only its first anchor (re, RE2): every bit.
+ALL = -1
 
 ENV_SCANNER = "OOMDOCTOR_SCANNER"
 BACKENDS = ("hyperscan", "re2", "re", "find")
@@ -78,31 +86,36 @@ class _RegexBackend:
             self._re = re.compile(pattern)
         self._index = {a: i for i, a in reversed(list(enumerate(anchors)))}
 
-    def anchored_lines(self, chunk: bytes) -> list[tuple[int, int]]:
-        out: list[tuple[int, int]] = []
+    def anchored_lines(self, chunk: bytes) -> list[tuple[int, int, int]]:
+        out: list[tuple[int, int, int]] = []
         last_end = -1
         rfind, find, index = chunk.rfind, chunk.find, self._index
         for m in self._re.finditer(chunk):
             pos = m.start()
             if pos <= last_end:
                 continue  # another anchor on a line already taken
-            out.append((rfind(b"\n", 0, pos) + 1, index[m.group()]))
+            out.append((rfind(b"\n", 0, pos) + 1, index[m.group()], ALL))
             last_end = find(b"\n", pos)
             if last_end < 0:
                 last_end = len(chunk)
         return out
 
 
-def _first_per_line(chunk: bytes, hits: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """(line start, anchor) per line from (match start, anchor index) pairs in any order."""
+def _first_per_line(chunk: bytes, hits: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """(line start, first anchor, every anchor's bit) per line from (match start, anchor index) pairs in any order."""
     best: dict[int, tuple[int, int]] = {}
+    masks: dict[int, int] = {}
     rfind = chunk.rfind
     for start, i in hits:
         line = rfind(b"\n", 0, start) + 1
         old = best.get(line)
-        if old is None or (start, i) < old:
+        if old is None:
+            best[line], masks[line] = (start, i), 1 << i
+            continue
+        masks[line] |= 1 << i
+        if (start, i) < old:
             best[line] = (start, i)
-    return [(line, best[line][1]) for line in sorted(best)]
+    return [(line, best[line][1], masks[line]) for line in sorted(best)]
 
 
 class _HyperscanBackend:
@@ -117,7 +130,7 @@ class _HyperscanBackend:
         self._db.compile(expressions=[_hex(a) for a in anchors], ids=list(range(len(anchors))), elements=len(anchors))
         self._lengths = [len(a) for a in anchors]
 
-    def anchored_lines(self, chunk: bytes) -> list[tuple[int, int]]:
+    def anchored_lines(self, chunk: bytes) -> list[tuple[int, int, int]]:
         hits: list[tuple[int, int]] = []
         lengths = self._lengths
 
@@ -136,7 +149,7 @@ class _FindBackend:
     def __init__(self, anchors: tuple[bytes, ...]) -> None:
         self._anchors = anchors
 
-    def anchored_lines(self, chunk: bytes) -> list[tuple[int, int]]:
+    def anchored_lines(self, chunk: bytes) -> list[tuple[int, int, int]]:
         hits: list[tuple[int, int]] = []
         find = chunk.find
         for i, anchor in enumerate(self._anchors):
@@ -201,72 +214,225 @@ def _cr_segments(physical: bytes, anchors: tuple[bytes, ...]) -> list[bytes]:
     return out
 
 
-def scan_lines(
-    chunks: Iterable[bytes], path: str, anchors: tuple[bytes, ...], counter: list[int], before_anchors: tuple[bytes, ...] = ()
-) -> Iterator[Line]:
-    """Yield the anchored lines (and their context lines) of a stream of whole-line chunks.
+class Reading:
+    """What the reader of the scanned lines needs of them, so that the scanner reads no more.
 
-    Lines whose first anchor is one of ``before_anchors`` (failure lines) also bring the BEFORE_LINES
-    lines above them (within the chunk): what the server printed just before a failure says which
-    phase it was in. ``counter[0]`` is set to the total number of lines seen, for the input report.
-    Newlines are counted once per chunk: up to each wanted line as it is reached, the rest after it.
+    - ``busy()``: whether the reader holds a pending record (a wrapped message, an open traceback): then
+      every line after an anchored line is read, as it may continue the record;
+    - ``worth(line)``: whether a line after an anchored line (it holds no anchor) may say something by
+      itself (a phase's words, a parser's text that needs no anchor); only those are read otherwise;
+    - ``repeating``: anchors whose lines repeat for as long as a server runs (a retraction, a
+      preemption). A line holding one of them and no other anchor is read while fewer than ``keep_first``
+      of its anchor were, and the last ``keep_last`` of them before each failure line (one whose first
+      anchor is a before-anchor) and at the end of the input (``replayed``: after the lines that follow
+      them); the others are only counted (``dropped``), and their following lines are not read.
     """
-    before_ids = frozenset(i for i, a in enumerate(anchors) if a in before_anchors)
-    base = 0  # lines before this chunk
-    pending_context = 0
-    last_rank: dict[str | None, str | None] = {}  # per node (kubectl --prefix, srun -l, Ray ip=)
-    for chunk in chunks:
-        found = choose(anchors, len(chunk)).anchored_lines(chunk)
-        hits = [start for start, _ in found]
-        hit_set = set(hits)
-        wanted: set[int] = set(hit_set)
-        for start, i in found:
-            if i not in before_ids:
+
+    def __init__(
+        self,
+        anchors: tuple[bytes, ...],
+        busy: Callable[[], bool],
+        worth: Callable[[bytes], bool],
+        repeating: Iterable[bytes] = (),
+        keep_first: int = 16,
+        keep_last: int = 64,
+    ) -> None:
+        self.busy = busy
+        self.worth = worth
+        self.single = {1 << anchors.index(a): anchors.index(a) for a in repeating if a in anchors}
+        self.keep_first = keep_first
+        self.keep_last = keep_last
+        self.seen: dict[int, int] = {}
+        self.held: dict[int, deque[tuple[int, bytes]]] = {}
+        self.dropped: dict[bytes, int] = {}
+        self.anchors = anchors
+        # The last lines not read (held or not asked for): their prefixes still name the rank of the
+        # unprefixed lines after them, which the scanner reads from them when such a line comes.
+        self.unread: deque[bytes] = deque(maxlen=UNREAD_KEPT)
+
+    def repeat_of(self, first: int, mask: int, physical: bytes) -> int | None:
+        """The repeating anchor a line holds alone, or None."""
+        if mask == ALL:
+            if first not in self.single.values():
+                return None
+            mask = sum(1 << i for i, a in enumerate(self.anchors) if a in physical)
+        return self.single.get(mask)
+
+    def hold(self, anchor: int, lineno: int, physical: bytes) -> bool:
+        """Count one line of a repeating anchor; True when it is held (not read now)."""
+        n = self.seen.get(anchor, 0) + 1
+        self.seen[anchor] = n
+        if n <= self.keep_first or self.busy():
+            return False
+        held = self.held.setdefault(anchor, deque())
+        if len(held) == self.keep_last:
+            held.popleft()
+            literal = self.anchors[anchor]
+            self.dropped[literal] = self.dropped.get(literal, 0) + 1
+        held.append((lineno, physical))
+        self.unread.append(physical)
+        return True
+
+    def release(self, anchor: int | None = None) -> list[tuple[int, bytes, int]]:
+        """The held lines (of one anchor, or of all), in line order, as (line number, text, anchor bit)."""
+        keys = [anchor] if anchor is not None else list(self.held)
+        out = [(n, text, 1 << a) for a in keys for n, text in self.held.pop(a, ())]
+        out.sort(key=lambda item: item[0])
+        return out
+
+
+class _Scan:
+    """One input's scan: its line numbers, the ranks its prefixes name, and the lines after an anchor still to read."""
+
+    def __init__(self, path: str, anchors: tuple[bytes, ...], before_anchors: tuple[bytes, ...], reading: Reading | None) -> None:
+        self.path = path
+        self.anchors = anchors
+        self.before_ids = frozenset(i for i, a in enumerate(anchors) if a in before_anchors)
+        self.reading = reading
+        self.base = 0  # lines before this chunk
+        self.pending_context = 0  # lines after the last chunk's last anchored line, read at this chunk's start
+        self.last_rank: dict[str | None, str | None] = {}  # per node (kubectl --prefix, srun -l, Ray ip=)
+
+    def _segments(self, physical: bytes) -> list[bytes] | tuple[bytes]:
+        return _cr_segments(physical, self.anchors) if b"\r" in physical.rstrip(b"\r") else (physical,)
+
+    def _note_rank(self, physical: bytes) -> None:
+        for segment in self._segments(physical):
+            stripped = split_prefix(segment.decode("utf-8", "replace"))
+            if stripped.rank is not None or stripped.program:
+                self.last_rank[stripped.node] = stripped.rank
+
+    def lines(self, physical: bytes, lineno: int, anchored: bool, mask: int, replayed: bool = False) -> Iterator[Line]:
+        """The Lines of one physical line (one per carriage-return part that matters)."""
+        reading = self.reading
+        for segment in self._segments(physical):
+            raw = segment.decode("utf-8", "replace")
+            stripped = split_prefix(raw)
+            rank = stripped.rank
+            if rank is None and not stripped.program:
+                # Traceback and message continuation lines carry no prefix of their own (a collector's
+                # timestamp or pod stamps every line); they belong to the record (and rank) of the
+                # last line the program prefixed on the same node (pods interleave in one stream).
+                if reading is not None and reading.unread and not replayed:
+                    while reading.unread:
+                        self._note_rank(reading.unread.popleft())
+                rank = self.last_rank.get(stripped.node)
+            elif not replayed:
+                if reading is not None:
+                    reading.unread.clear()  # this line's prefix is the last one
+                self.last_rank[stripped.node] = rank
+            text = strip_ansi(raw).rstrip()
+            if len(text) > MAX_TEXT_CHARS:
+                text = text[:MAX_TEXT_CHARS] + "…"
+            ref = LineRef(path=self.path, line=lineno, rank=rank, text=text, ts=stripped.ts, node=stripped.node)
+            yield Line(ref, stripped.msg, stripped.ts, anchored, stripped.system, stripped.node, mask if anchored else 0, replayed)
+
+    def replay(self, held: list[tuple[int, bytes, int]]) -> Iterator[Line]:
+        for lineno, physical, mask in held:
+            yield from self.lines(physical, lineno, True, mask, replayed=True)
+
+    def _before(self, chunk: bytes, found: list[tuple[int, int, int]]) -> set[int]:
+        """The starts of the BEFORE_LINES lines above each failure line of ``chunk``."""
+        before: set[int] = set()
+        for start, first, _ in found:
+            if first not in self.before_ids:
                 continue
             pos = start
             for _ in range(BEFORE_LINES):
                 if pos <= 0:
                     break
                 pos = chunk.rfind(b"\n", 0, pos - 1) + 1
-                wanted.add(pos)
-        pos = 0
-        for _ in range(pending_context):
+                before.add(pos)
+        return before
+
+    def _after(self, chunk: bytes, pos: int, n: int, context: deque[int], carry: bool = True) -> None:
+        """Queue the starts of up to ``n`` lines from ``pos``; with ``carry``, those past the chunk are read
+        at the next one's start."""
+        for k in range(n):
             if pos >= len(chunk):
-                break
-            wanted.add(pos)
-            pos = chunk.find(b"\n", pos) + 1
-        pending_context = 0
-        for start in hits:
-            pos = chunk.find(b"\n", start) + 1
-            for k in range(CONTEXT_LINES):
-                if pos >= len(chunk):
-                    pending_context = max(pending_context, CONTEXT_LINES - k)
-                    break
-                wanted.add(pos)
-                pos = chunk.find(b"\n", pos) + 1
-        prev = 0
-        lineno = base + 1  # number of the line that starts at offset `prev`
-        for start in sorted(wanted):
+                if carry:
+                    self.pending_context = max(self.pending_context, n - k)
+                return
+            context.append(pos)
+            nl = chunk.find(b"\n", pos)
+            if nl < 0:
+                return
+            pos = nl + 1
+
+    def _anchored(self, physical: bytes, lineno: int, first: int, mask: int) -> tuple[bool, list[tuple[int, bytes, int]]]:
+        """Whether an anchored line is read now, and the held lines to read before it."""
+        reading = self.reading
+        if reading is None:
+            return True, []
+        repeat = reading.repeat_of(first, mask, physical) if reading.single else None
+        if repeat is not None and reading.hold(repeat, lineno, physical):
+            return False, []
+        if repeat is not None or first in self.before_ids:
+            # Held lines are read before a failure (the phase step reads what came just before it) and
+            # before a read line of their own anchor (its occurrences stay in line order).
+            return True, reading.release(repeat if first not in self.before_ids else None)
+        return True, []
+
+    def chunk(self, chunk: bytes) -> Iterator[Line]:
+        """The lines of one chunk to read, in order."""
+        found = choose(self.anchors, len(chunk)).anchored_lines(chunk)
+        hits = {start: (first, mask) for start, first, mask in found}
+        before = self._before(chunk, found)
+        fixed = sorted(hits.keys() | before)
+        context: deque[int] = deque()  # starts of the lines after a read anchored line
+        carried, self.pending_context = self.pending_context, 0
+        self._after(chunk, 0, carried, context, carry=False)
+        reading = self.reading
+        prev, lineno = 0, self.base + 1  # the number of the line that starts at offset `prev`
+        k, last = 0, -1
+        while k < len(fixed) or context:
+            if context and (k >= len(fixed) or context[0] < fixed[k]):
+                start = context.popleft()
+            else:
+                start, k = fixed[k], k + 1
+            if start <= last:
+                continue
+            last = start
             lineno += chunk.count(b"\n", prev, start)
             prev = start
             end = chunk.find(b"\n", start)
             physical = chunk[start:end]
-            segments = _cr_segments(physical, anchors) if b"\r" in physical.rstrip(b"\r") else (physical,)
-            for segment in segments:
-                raw = segment.decode("utf-8", "replace")
-                stripped = split_prefix(raw)
-                rank = stripped.rank
-                if rank is None and not stripped.program:
-                    # Traceback and message continuation lines carry no prefix of their own (a collector's
-                    # timestamp or pod stamps every line); they belong to the record (and rank) of the
-                    # last line the program prefixed on the same node (pods interleave in one stream).
-                    rank = last_rank.get(stripped.node)
-                elif stripped.program or rank is not None:
-                    last_rank[stripped.node] = rank
-                text = strip_ansi(raw).rstrip()
-                if len(text) > MAX_TEXT_CHARS:
-                    text = text[:MAX_TEXT_CHARS] + "…"
-                yield Line(ref=LineRef(path=path, line=lineno, rank=rank, text=text, ts=stripped.ts, node=stripped.node), msg=stripped.msg, ts=stripped.ts, anchored=start in hit_set, system=stripped.system, node=stripped.node)
+            hit = hits.get(start)
+            if hit is None:
+                if start not in before and reading is not None and not reading.busy() and not reading.worth(physical):
+                    reading.unread.append(physical)
+                    continue
+                yield from self.lines(physical, lineno, False, 0)
+                continue
+            read, held = self._anchored(physical, lineno, *hit)
+            yield from self.replay(held)
+            if read:
+                yield from self.lines(physical, lineno, True, hit[1])
+                self._after(chunk, end + 1 if end >= 0 else len(chunk), CONTEXT_LINES, context)
         # lineno - 1 lines end before `prev`; the rest of the chunk's newlines come after it.
-        base = lineno - 1 + chunk.count(b"\n", prev)
-        counter[0] = base
+        self.base = lineno - 1 + chunk.count(b"\n", prev)
+
+
+def scan_lines(
+    chunks: Iterable[bytes],
+    path: str,
+    anchors: tuple[bytes, ...],
+    counter: list[int],
+    before_anchors: tuple[bytes, ...] = (),
+    reading: Reading | None = None,
+) -> Iterator[Line]:
+    """Yield the anchored lines (and their context lines) of a stream of whole-line chunks.
+
+    Lines whose first anchor is one of ``before_anchors`` (failure lines) also bring the BEFORE_LINES
+    lines above them (within the chunk): what the server printed just before a failure says which
+    phase it was in. The CONTEXT_LINES lines after an anchored line are read too (all of them without
+    ``reading``; with it, those it asks for). ``counter[0]`` is set to the total number of lines seen,
+    for the input report. Newlines are counted once per chunk: up to each line read as it is reached,
+    the rest after it.
+    """
+    scan = _Scan(path, anchors, before_anchors, reading)
+    for chunk in chunks:
+        yield from scan.chunk(chunk)
+        counter[0] = scan.base
+    if reading is not None:
+        yield from scan.replay(reading.release())

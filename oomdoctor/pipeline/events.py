@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
@@ -17,10 +18,20 @@ from oomdoctor.evidence.runs import COLLAPSED_RUNS, RUN_MARKER_KINDS, RunSegment
 from oomdoctor.input.files import InputStats, iter_line_chunks
 from oomdoctor.input.issue_input import issue_chunks
 from oomdoctor.input.paste import repaired
-from oomdoctor.input.scan import scan_lines
+from oomdoctor.input.scan import Reading, scan_lines
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Protocol
+
+    from oomdoctor.base.evidence import Line
     from oomdoctor.inference.nodes import NodeScan
+
+    class _Parser(Protocol):
+        def feed(self, line: Line) -> list[Event]: ...
+
+        def finish(self) -> list[Event]: ...
+
 
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS + em.anchors() + pasted.ANCHORS))
 _FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
@@ -117,6 +128,10 @@ class _EventStore:
             return
         self.tail.setdefault(kind, deque(maxlen=_KEEP_LAST)).append(event)
 
+    def counted(self, kind: str, n: int) -> None:
+        """``n`` occurrences of ``kind`` that were counted, not read (input/scan.py Reading)."""
+        self.counts[kind] = self.counts.get(kind, 0) + n
+
     def events(self) -> list[Event]:
         out = list(self.kept)
         for kind, tail in self.tail.items():
@@ -133,6 +148,58 @@ def _signature(events: list[Event]) -> tuple:
     return tuple((e.kind, tuple(sorted((k, repr(v)) for k, v in e.values.items() if k != COLLAPSED_RUNS))) for e in events)
 
 
+class _Route:
+    """Which lines a parser reads: every line while it is ``pending``, else the lines holding one of its
+    ANCHORS (the scanner's bits), NEEDLES or FOLDED_NEEDLES (lower-cased): a parser declares them with
+    every pattern it tries on a line holding one (evidence/parsers/sglang.py). A parser that declares
+    no ANCHORS or no ``pending`` reads every line."""
+
+    __slots__ = ("folded", "mask", "needles", "parser")
+
+    def __init__(self, parser: _Parser) -> None:
+        self.parser = parser
+        own = getattr(parser, "ANCHORS", None)
+        self.mask = -1 if own is None or not hasattr(parser, "pending") else sum(1 << ANCHORS.index(a) for a in own)
+        self.needles: tuple[str, ...] = getattr(parser, "NEEDLES", ())
+        self.folded: tuple[str, ...] = getattr(parser, "FOLDED_NEEDLES", ())
+
+    def wants(self, line: Line) -> bool:
+        """Whether the parser reads ``line`` now."""
+        return self.holds(line) or getattr(self.parser, "pending", True)
+
+    def holds(self, line: Line) -> bool:
+        """Whether ``line`` holds what the parser reads on a line of its own."""
+        if line.anchors & self.mask:
+            return True
+        msg = line.msg
+        if any(n in msg for n in self.needles):
+            return True
+        if self.folded:
+            # Lower-casing is how their patterns' IGNORECASE compares only on ASCII text.
+            if not msg.isascii():
+                return True
+            low = msg.lower()
+            return any(n in low for n in self.folded)
+        return False
+
+
+def _context_worth(parsers: tuple[_Parser, ...]) -> Callable[[bytes], bool]:
+    """Whether a line without an anchor may say something to a parser or the phase step by itself."""
+    needles = {n.encode() for p in parsers for n in getattr(p, "NEEDLES", ())}
+    folded = {n.encode() for p in parsers for n in getattr(p, "FOLDED_NEEDLES", ())} | {n.encode() for n, _ in phase_step.tables().context_needles}
+    everything = any(not hasattr(p, "ANCHORS") for p in parsers)
+    # One search for any of them (an alternation of literals: a few times faster than a test per literal).
+    case = re.compile(b"|".join(re.escape(n) for n in sorted(needles))) if needles else None
+    lower = re.compile(b"|".join(re.escape(n) for n in sorted(folded))) if folded else None
+
+    def worth(physical: bytes) -> bool:
+        if everything or not physical.isascii() or b"\x1b" in physical or b"^[" in physical:
+            return True  # colour codes may split a word the message holds once they are stripped
+        return (case is not None and case.search(physical) is not None) or (lower is not None and lower.search(physical.lower()) is not None)
+
+    return worth
+
+
 def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None) -> list[Event]:
     """Scan one input and run every parser over its lines; pure apart from reading the input.
 
@@ -142,6 +209,11 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
     parsers = (sg.SGLangParser(), vl.VLLMParser(), tt.TorchParser(), rc.RecordParser(), pasted.PastedParser())
     # The catalogue's engine messages fill the gaps: a line a dedicated parser read is theirs.
     catalogue = em.EngineMessageParser()
+    routes = tuple(_Route(p) for p in parsers)
+    repeating: dict[bytes, str] = {a: kind for p in parsers for a, kind in getattr(p, "REPEATING", ())}
+    reading = Reading(
+        ANCHORS, lambda: any(getattr(p, "pending", True) for p in parsers), _context_worth(parsers), repeating, _KEEP_FIRST, _KEEP_LAST
+    )
     store = _EventStore()
     counter = [0]
     # Anchored lines no event has cited yet; a wrapped message cites its first line only once its
@@ -175,7 +247,7 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
     chunks = repaired(issue_chunks(iter_line_chunks(path, stats), path, display, issue_note), reversed_note, dedent_note, unwrap_note)
     if node_scan is not None:
         chunks = node_scan.reading(chunks, display)
-    for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS):
+    for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS, reading):
         if line.system:
             stats.system_hints[line.system] = stats.system_hints.get(line.system, 0) + 1
         if line.node:
@@ -191,7 +263,11 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
             if len(pending) > _UNPARSED_WINDOW:
                 pending.popitem(last=False)
                 unparsed += 1
-        read = [e for parser in parsers for e in parser.feed(line)]
+        if line.replayed:
+            # Read after the lines that follow it: as a line on its own, by parsers of its own.
+            read = [e for route in routes if route.holds(line) for e in type(route.parser)().feed(line)]
+        else:
+            read = [e for route in routes if route.wants(line) for e in route.parser.feed(line)]
         cite(read)
         if not any(r.line == line.ref.line and r.path == line.ref.path for e in read for r in e.refs):
             cite(catalogue.feed(line))
@@ -202,6 +278,8 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
             cite([Event(rc.KIND_CONTEXT, (line.ref,), {"phase": context_rule.phase, "after_failure": context_rule.after_failure})])
     for parser in parsers:
         cite(parser.finish())
+    for anchor, n in reading.dropped.items():
+        store.counted(repeating[anchor], n)
     stats.lines = counter[0]
     stats.unparsed_lines = unparsed + len(pending)
     return store.events()

@@ -62,12 +62,27 @@ _HOST_NEEDLES = tuple(a.decode() for a in HOST_ANCHORS)
 
 
 class PastedParser:
-    """Hands each line to the nvidia-smi and environment parsers, imported when a line needs one."""
+    """Hands each line to the nvidia-smi and environment parsers, imported when a line needs one.
+
+    Until one is imported it reads only lines holding one of ANCHORS or NEEDLES (pipeline/events.py
+    routes the others past it); once one is, it is ``pending`` and reads every line.
+    """
+
+    ANCHORS = ANCHORS
+    # A line whose text ends in " MiB" (the anchor " MiB\n" misses it before a carriage return).
+    NEEDLES: tuple[str, ...] = (" MiB",)
+    FOLDED_NEEDLES: tuple[str, ...] = ()
+    REPEATING: tuple[tuple[bytes, str], ...] = ()
 
     def __init__(self) -> None:
         self._smi: NvidiaSmiParser | None = None
         self._env: EnvironmentParser | None = None
         self._host: HostParser | None = None
+
+    @property
+    def pending(self) -> bool:
+        """A pasted-state parser was imported: it reads every line from now on."""
+        return self._smi is not None or self._env is not None or self._host is not None
 
     def feed(self, line: Line) -> list[Event]:
         msg = line.msg

@@ -87,11 +87,26 @@ _CLEAN_END_RE = lazy(("shutdown complete", "Shutting down", "Exiting"), r"Applic
 
 
 class RecordParser:
-    """Incremental: ``feed`` one line at a time, ``finish`` at the end of the input."""
+    """Incremental: ``feed`` one line at a time, ``finish`` at the end of the input.
+
+    While not ``pending`` it reads only lines holding one of ANCHORS, NEEDLES or (lower-cased)
+    FOLDED_NEEDLES (pipeline/events.py routes the others past it): every pattern above holds one of them.
+    """
+
+    ANCHORS = ANCHORS
+    # What it reads on a line without an anchor: a cut mark ("...", "(…)", "<SNIP>", "[Truncated]").
+    NEEDLES: tuple[str, ...] = ("...", "…")
+    FOLDED_NEEDLES: tuple[str, ...] = ("snip", "truncated")
+    REPEATING: tuple[tuple[bytes, str], ...] = ()
 
     def __init__(self) -> None:
         # Open records per rank: {refs, frames, chain, opened_by}
         self._open: dict[str | None, dict] = {}
+
+    @property
+    def pending(self) -> bool:
+        """A record is open (on some rank): its next lines are frames, source lines or its exception."""
+        return bool(self._open)
 
     def _emit(self, rank: str | None, complete: bool, exc: str | None = None, exc_msg: str | None = None, end: LineRef | None = None) -> list[Event]:
         rec = self._open.pop(rank, None)

@@ -422,7 +422,18 @@ def _balanced(args_text: str) -> bool:
 
 
 class SGLangParser:
-    """Incremental parser for SGLang lines: ``feed`` one line at a time, ``finish`` at the end."""
+    """Incremental parser for SGLang lines: ``feed`` one line at a time, ``finish`` at the end.
+
+    While not ``pending`` it reads only lines holding one of ANCHORS or NEEDLES (pipeline/events.py
+    routes the others past it): every pattern below holds one of them.
+    """
+
+    ANCHORS = ANCHORS
+    # What it reads on a line without an anchor: the numbered advice after "Possible solutions:".
+    NEEDLES: tuple[str, ...] = (". set --", ". disable ", "Open an issue on GitHub", "This is not an out-of-memory error")
+    FOLDED_NEEDLES: tuple[str, ...] = ()
+    # Lines that repeat for as long as a server runs, by the one anchor they hold, and the kind they are.
+    REPEATING: tuple[tuple[bytes, str], ...] = ((b"Retract requests", KIND_RETRACT),)
 
     def __init__(self) -> None:
         self._args_refs: list = []
@@ -436,6 +447,11 @@ class SGLangParser:
         self._args_text = None
         self._args_refs = []
         return [event]
+
+    @property
+    def pending(self) -> bool:
+        """A hard-wrapped server_args repr is being read: the next lines may continue it."""
+        return self._args_text is not None
 
     def feed(self, line: Line) -> list[Event]:
         msg = line.msg

@@ -382,15 +382,34 @@ _DISPATCH: Dispatch[tuple[str, _Shape | None]] = Dispatch(tuple((pattern, (kind,
 
 # Error messages long enough to be hard-wrapped by a terminal ("... (4.26 GiB KV cach" / "e is needed");
 # a line that starts one but does not match whole is joined with the next lines before giving up.
-_WRAPPABLE = lazy(None, r"To serve at least one request|Free memory on device|The model's max seq len|No available memory for the cache")
+_WRAPPABLE = lazy(
+    ("To serve at least one request", "Free memory on device", "The model's max seq len", "No available memory for the cache"),
+    r"To serve at least one request|Free memory on device|The model's max seq len|No available memory for the cache",
+)
 _MAX_JOIN = 4
 
 
 class VLLMParser:
-    """Incremental parser for vLLM lines: ``feed`` one line at a time, ``finish`` at the end."""
+    """Incremental parser for vLLM lines: ``feed`` one line at a time, ``finish`` at the end.
+
+    While not ``pending`` it reads only lines holding one of ANCHORS or NEEDLES (pipeline/events.py
+    routes the others past it): every pattern above holds one of them.
+    """
+
+    ANCHORS = ANCHORS
+    # What it reads on a line without an anchor: two engine failures, and the start of a message whose
+    # anchor a terminal's wrap may have cut off.
+    NEEDLES: tuple[str, ...] = ("WorkerProc hit an exception", "EngineCore encountered a fatal error", "To serve at least one request", "No available memory for the cache")
+    FOLDED_NEEDLES: tuple[str, ...] = ()
+    REPEATING: tuple[tuple[bytes, str], ...] = ((b"is preempted by", KIND_PREEMPT),)
 
     def __init__(self) -> None:
         self._pending: tuple[list, str] | None = None
+
+    @property
+    def pending(self) -> bool:
+        """A message that may be hard-wrapped is being joined with the lines after it."""
+        return self._pending is not None
 
     def _match(self, msg: str, refs: tuple) -> list[Event]:
         for pattern, (kind, shape) in _DISPATCH.candidates(msg):

@@ -1,0 +1,134 @@
+"""read_events: each line only to the parsers it is for, context lines only when asked for, repeated kinds counted.
+
+The routing is exact only if a parser that is not pending does nothing with a line that holds none of
+its ANCHORS, NEEDLES or FOLDED_NEEDLES: checked here on every line of every fixture, as the scanner
+gives it (anchored, context and before-failure lines alike).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from oomdoctor.base.evidence import KIND_REPEATS, Line, LineRef
+from oomdoctor.evidence.parsers import pasted
+from oomdoctor.evidence.parsers import records as rc
+from oomdoctor.evidence.parsers import sglang as sg
+from oomdoctor.evidence.parsers import torch_oom as tt
+from oomdoctor.evidence.parsers import vllm as vl
+from oomdoctor.input.files import InputStats
+from oomdoctor.input.prefixes import split_prefix
+from oomdoctor.input.scan import Reading, scan_lines
+from oomdoctor.pipeline import events
+from oomdoctor.pipeline.events import ANCHORS, read_events
+
+from conftest import FIXTURES
+
+PARSERS = (sg.SGLangParser, vl.VLLMParser, tt.TorchParser, rc.RecordParser, pasted.PastedParser)
+
+
+def _fixture_lines() -> list[Line]:
+    """Every line of every fixture as the scanner would give it: prefix split, the bits of its anchors."""
+    out = []
+    for p in sorted(FIXTURES.rglob("*")):
+        if not (p.is_file() and p.suffix in (".log", ".txt", ".md")):
+            continue
+        for n, raw in enumerate(p.read_text(errors="replace").splitlines(), 1):
+            stripped = split_prefix(raw)
+            data = raw.encode()
+            mask = sum(1 << i for i, a in enumerate(ANCHORS) if a in data)
+            ref = LineRef("x", n, stripped.rank, raw, stripped.ts, stripped.node)
+            out.append(Line(ref, stripped.msg, stripped.ts, bool(mask), stripped.system, stripped.node, mask))
+    return out
+
+
+@pytest.mark.parametrize("parser", PARSERS, ids=lambda p: p.__name__)
+def test_an_idle_parser_does_nothing_with_a_line_not_routed_to_it(parser) -> None:
+    lines = _fixture_lines()
+    assert len(lines) > 3000
+    routed = 0
+    for line in lines:
+        fresh = parser()
+        if events._Route(fresh).holds(line):
+            routed += 1
+            continue
+        assert fresh.feed(line) == [] and not fresh.pending, (parser.__name__, line.ref.text)
+    assert routed > 100
+
+
+def _retraction_log(path: Path, n: int, tail: str = "") -> Path:
+    lines = ["[2026-03-02 10:00:00] server_args=ServerArgs(model_path='m', mem_fraction_static=0.8, tp_size=1)"]
+    for i in range(n):
+        lines.append(f"[2026-03-02 10:{i // 60 % 60:02d}:{i % 60:02d}] KV cache pool is full. Retract requests. #retracted_reqs: {i % 7 + 1}, #new_tokens_gained: 5")
+        lines.append(f"[2026-03-02 10:{i // 60 % 60:02d}:{i % 60:02d}] Decode batch, #running-req: {i}, #token: 81316, token usage: 0.93, cuda graph: True")
+        lines.append(f'[2026-03-02 10:{i // 60 % 60:02d}:{i % 60:02d}] INFO:     127.0.0.1:1 - "POST /generate HTTP/1.1" 200 OK')
+    path.write_text("\n".join(lines) + "\n" + tail)
+    return path
+
+
+def _kept(evs: list) -> list:
+    return [(e.kind, e.ref.line, e.values) for e in evs if e.kind == sg.KIND_RETRACT or (e.kind == KIND_REPEATS and e.get("kind") == sg.KIND_RETRACT)]
+
+
+_OOM = (
+    "[2026-03-02 11:00:00] Scheduler hit an exception: Traceback (most recent call last):\n"
+    '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2987, in run_scheduler_process\n'
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.02 GiB is free.\n"
+)
+
+
+@pytest.mark.parametrize("tail", ["", _OOM], ids=["end", "failure"])
+def test_repeated_lines_keep_what_the_store_kept_when_every_one_was_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: str) -> None:
+    """The first 16, the last 64 (before a failure, or at the end) and the count: the same events as reading
+    every retraction; the lines after the ones counted, not read, are not read."""
+    log = str(_retraction_log(tmp_path / "r.log", 500, tail))
+    fast = read_events(log, InputStats(path=log))
+    monkeypatch.setattr(sg.SGLangParser, "REPEATING", ())
+    slow = read_events(log, InputStats(path=log))
+    assert _kept(fast) == _kept(slow)
+    repeats = next(e for e in fast if e.kind == KIND_REPEATS and e.get("kind") == sg.KIND_RETRACT)
+    assert repeats.get("total") == 500 and repeats.get("dropped") == 500 - 16 - 64
+    # The decode lines after the retractions that were only counted gave no context events.
+    def context_total(evs: list) -> int:
+        return next(e.get("total") for e in evs if e.kind == KIND_REPEATS and e.get("kind") == rc.KIND_CONTEXT)
+
+    assert context_total(fast) < context_total(slow) / 4
+
+
+def test_a_held_line_is_read_in_full_while_a_parser_is_pending(tmp_path: Path) -> None:
+    """While a record is open every line is read: a retraction inside a traceback is not held."""
+    reading = Reading(ANCHORS, lambda: True, lambda _: False, [b"Retract requests"], keep_first=0, keep_last=2)
+    chunk = b"".join(b"[2026-03-02 10:00:00] KV cache pool is full. Retract requests. #retracted_reqs: 1\nx\n" for _ in range(5))
+    got = [(ln.ref.line, ln.anchored, ln.replayed) for ln in scan_lines(iter([chunk]), "x", ANCHORS, [0], (), reading)]
+    assert [n for n, anchored, _ in got if anchored] == [1, 3, 5, 7, 9] and not any(r for *_, r in got)
+    assert "x" in [ln.msg for ln in scan_lines(iter([chunk]), "x", ANCHORS, [0], (), reading)]
+
+
+def test_context_lines_are_read_only_when_asked_for() -> None:
+    chunk = b"Traceback (most recent call last):\nplain one\nplain two\nDecode batch, #running-req: 1\n"
+    asked: list[bytes] = []
+
+    def worth(line: bytes) -> bool:
+        asked.append(line)
+        return b"Decode batch" in line
+
+    reading = Reading(ANCHORS, lambda: False, worth)
+    got = [ln.msg for ln in scan_lines(iter([chunk]), "x", ANCHORS, [0], rc.BEFORE_ANCHORS, reading)]
+    assert got == ["Traceback (most recent call last):", "Decode batch, #running-req: 1"]
+    assert asked == [b"plain one", b"plain two", b"Decode batch, #running-req: 1"]
+    busy = Reading(ANCHORS, lambda: True, worth)
+    assert len(list(scan_lines(iter([chunk]), "x", ANCHORS, [0], rc.BEFORE_ANCHORS, busy))) == 4
+
+
+def test_an_unprefixed_line_after_lines_not_read_takes_their_rank() -> None:
+    """A rank the prefix of a line not read names is the rank of the unprefixed lines after it, as before."""
+    chunk = (
+        b"[2026-03-02 10:00:00 TP1] Capturing batches (bs=1 avail_mem=3.00 GB)\n"
+        b"[2026-03-02 10:00:00 TP5] plain\n"
+        b"  File \"/x.py\", line 1, in f\n"
+    )
+    reading = Reading(ANCHORS, lambda: False, lambda _: False)
+    got = [(ln.msg, ln.ref.rank) for ln in scan_lines(iter([chunk]), "x", ANCHORS, [0], (), reading)]
+    assert got[-1] == ('  File "/x.py", line 1, in f', "TP5")
+    assert ("plain", "TP5") not in got
