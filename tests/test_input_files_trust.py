@@ -263,7 +263,16 @@ def test_stdin_spool_on_a_full_disk_is_one_error_line_and_leaves_nothing(tmp_pat
 def _interrupted(tmp_path: Path, sig: int) -> tuple[int, str]:
     """`oomdoctor diagnose -` on a stream that stays open, signalled once its spool exists."""
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "oomdoctor", "diagnose", "-"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
+    # A suite started in the background (`.ci/run &`) hands its children SIGINT ignored, and Python then
+    # installs no KeyboardInterrupt handler: the child gets the default disposition back, as a terminal gives it.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "oomdoctor", "diagnose", "-"],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     assert proc.stdin is not None
     try:
         proc.stdin.write(LOG.read_bytes() * 50)
