@@ -91,13 +91,22 @@ def _load_rules(rules_dirs: tuple[str, ...]) -> list:
     help="Each PATH holds many independent incidents (one per log file, bundle or immediate subdirectory): diagnose them on every core "
     "and print a table by class and system with the most common fixes (text or json). Unreadable inputs are listed per file; exit 0 when it ran.",
 )
-def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool, redact_pii: bool, summary: bool) -> None:
+@click.option(
+    "--textfile",
+    "textfile_dir",
+    type=click.Path(file_okay=False),
+    help="Also write the Prometheus samples to DIR/oomdoctor-SERVER.prom (node_exporter's textfile collector directory; replaced atomically).",
+)
+@click.option("--server", "server", metavar="NAME", help="The server's identity in the Prometheus samples and the textfile's name (default: the first input's name without suffixes).")
+def diagnose(
+    paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool, redact_pii: bool, summary: bool, textfile_dir: str | None, server: str | None
+) -> None:
     if summary:
         _summary(paths, fmt, output, bundle, rules_dirs, system, no_redact, redact_pii)
         return
     from oomdoctor.commands import diagnose as diagnose_command
 
-    sys.exit(int(diagnose_command.run(paths, fmt, output, bundle, rules_dirs, system, no_redact, redact_pii)))
+    sys.exit(int(diagnose_command.run(paths, fmt, output, bundle, rules_dirs, system, no_redact, redact_pii, server, textfile_dir)))
 
 
 def _summary(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool, redact_pii: bool) -> None:
@@ -303,7 +312,8 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
     "--textfile",
     "textfile_dir",
     type=click.Path(file_okay=False),
-    help="When the server OOMs, also write the diagnosis as Prometheus samples to DIR/oomdoctor.prom (node_exporter's textfile collector directory; replaced atomically).",
+    help="When the server OOMs, also write the diagnosis as Prometheus samples to DIR/oomdoctor-SERVER.prom, SERVER being port-N from the "
+    "command's --port, else the --out directory's name (node_exporter's textfile collector directory; replaced atomically).",
 )
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run_cmd(out_dir: str, interval_ms: int, no_redact: bool, keep_mb: float, textfile_dir: str | None, command: tuple[str, ...]) -> None:

@@ -178,7 +178,7 @@ def run(
     """Run ``cmd`` under the recorder in a new run directory under ``out_dir``; return the child's exit code (128+N when killed by signal N).
 
     ``textfile_dir``: when the server OOMs (or exits abnormally), also write the diagnosis as Prometheus samples to
-    ``textfile_dir/oomdoctor.prom`` (node_exporter's textfile collector; replaced atomically).
+    ``textfile_dir/oomdoctor-<server>.prom`` (node_exporter's textfile collector; replaced atomically; ``server_identity``).
     """
     root = Path(out_dir)
     try:
@@ -276,7 +276,7 @@ def _record(
         if pumps.oom_seen.is_set() or code != 0 or host_kill:
             snapshot.take()  # a no-op when the OOM line already took it
             _write_bundle(out, cmd, started, clock(), code, sampler, nvml, snapshot.data, pumps.oom_seen.is_set(), kills_before, kills_after, (tee.gaps, tee.gap_bytes))
-            _write_report(out, stderr, textfile_dir)
+            _write_report(out, stderr, textfile_dir, server_identity(cmd, root))
         else:
             _say(stderr, f"oomdoctor: the server exited cleanly; log at {out / 'server.log'}")
     except OSError as exc:
@@ -347,10 +347,18 @@ def _write_bundle(
     (out / "samples.json").write_text(json.dumps({"kind": SAMPLES_KIND, "interval_s": sampler.interval_s if sampler else None, "samples": samples, "unavailable": unavailable}, sort_keys=True) + "\n")
 
 
-TEXTFILE_NAME = "oomdoctor.prom"
+def server_identity(cmd: list[str], root: Path) -> str:
+    """Which server a textfile is for: ``port-N`` from the command's ``--port N`` (two servers on a node listen
+    on two ports), else the recording root's name (``--out``)."""
+    for i, arg in enumerate(cmd):
+        if arg == "--port" and i + 1 < len(cmd) and cmd[i + 1].isdigit():
+            return f"port-{cmd[i + 1]}"
+        if arg.startswith("--port=") and arg[7:].isdigit():
+            return f"port-{arg[7:]}"
+    return root.resolve().name or "server"
 
 
-def _write_report(out: Path, stderr: BinaryIO | None, textfile_dir: str | None = None) -> None:
+def _write_report(out: Path, stderr: BinaryIO | None, textfile_dir: str | None = None, server: str = "server") -> None:
     from oomdoctor.api import diagnose, load_rules
     from oomdoctor.base.errors import OomdoctorError
     from oomdoctor.report.console import safe_output
@@ -368,17 +376,18 @@ def _write_report(out: Path, stderr: BinaryIO | None, textfile_dir: str | None =
         return
     _say(stderr, note)
     if textfile_dir is not None:
-        _write_textfile(view, Path(textfile_dir), stderr)
+        _write_textfile(view, Path(textfile_dir), stderr, server)
 
 
-def _write_textfile(view: dict[str, Any], directory: Path, stderr: BinaryIO | None) -> None:
+def _write_textfile(view: dict[str, Any], directory: Path, stderr: BinaryIO | None, server: str = "server") -> None:
     """The diagnosis as samples for node_exporter's textfile collector (atomic); a failure is said, never raised."""
+    from oomdoctor.commands.diagnose import dating_of
     from oomdoctor.report.render import prometheus
 
-    path = directory / TEXTFILE_NAME
+    path = directory / prometheus.textfile_name(server)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        prometheus.write_textfile(view, str(path))
+        prometheus.write_textfile(view, str(path), server, *dating_of(view))
     except (OSError, RuntimeError) as exc:
         _say(stderr, f"oomdoctor: cannot write {path} ({getattr(exc, 'strerror', None) or exc})")
         return
