@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from test_memory_growth import _bundle, growing
 
 from oomdoctor.base import timestamps
 from oomdoctor.commands.run import server_identity
@@ -150,13 +151,13 @@ def test_a_healthy_server_exports_its_budget_per_gpu(run_cli) -> None:
 _UNIT = re.compile(r"_(seconds|bytes|ratio|info|total|value|bytes_per_second)$")
 
 
-def _all_outputs(run_cli) -> str:
-    cases = [VLLM, HEALTHY, TWO_NODES, BUNDLE, UNDATED, FIXTURES / "multi-node" / "pos_dcgm_foreign_pod"]
+def _all_outputs(run_cli, tmp_path: Path) -> str:
+    cases = [VLLM, HEALTHY, TWO_NODES, BUNDLE, UNDATED, FIXTURES / "multi-node" / "pos_dcgm_foreign_pod", _bundle(tmp_path, growing)]
     return "".join(run_cli("diagnose", str(c), "--format", "prometheus").out for c in cases)
 
 
-def test_names_follow_prometheus_conventions(run_cli) -> None:
-    families = list(text_string_to_metric_families(_all_outputs(run_cli)))
+def test_names_follow_prometheus_conventions(run_cli, tmp_path: Path) -> None:
+    families = list(text_string_to_metric_families(_all_outputs(run_cli, tmp_path)))
     assert families
     for fam in families:
         assert fam.name.startswith("oomdoctor_") and fam.type == "gauge" and fam.documentation
@@ -169,8 +170,8 @@ def _readme_alerts() -> list[str]:
     return re.findall(r"`((?:time\(\) - )?oomdoctor_[^`]*)`", text)
 
 
-def test_the_readme_alert_names_metrics_that_are_written(run_cli) -> None:
-    written = {s.name for fam in text_string_to_metric_families(_all_outputs(run_cli)) for s in fam.samples}
+def test_the_readme_alert_names_metrics_that_are_written(run_cli, tmp_path: Path) -> None:
+    written = {s.name for fam in text_string_to_metric_families(_all_outputs(run_cli, tmp_path)) for s in fam.samples}
     alerts = [a for a in _readme_alerts() if re.search(r"[<>=]", a)]
     assert alerts, "the README shows an alert expression"
     for expr in alerts:
@@ -178,9 +179,9 @@ def test_the_readme_alert_names_metrics_that_are_written(run_cli) -> None:
             assert name in written, f"README alert {expr!r} names {name}, which is not written"
 
 
-def test_each_output_passes_the_exposition_parser(run_cli) -> None:
+def test_each_output_passes_the_exposition_parser(run_cli, tmp_path: Path) -> None:
     """The format check that runs everywhere: prometheus-client's own parser, every line HELP, TYPE or sample."""
-    text = _all_outputs(run_cli)
+    text = _all_outputs(run_cli, tmp_path)
     for line in text.splitlines():
         assert re.fullmatch(r"# (HELP|TYPE) oomdoctor_\w+ .+|oomdoctor_\w+\{[^{}]*\} \S+", line), line
     assert sum(len(f.samples) for f in text_string_to_metric_families(text)) == sum(1 for line in text.splitlines() if not line.startswith("#"))
@@ -189,8 +190,9 @@ def test_each_output_passes_the_exposition_parser(run_cli) -> None:
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian: apt-get install prometheus)")
 def test_promtool_checks_the_textfile_and_the_readme_alert(run_cli, tmp_path: Path) -> None:
     textfile = tmp_path / "tf"
-    for case in (VLLM, HEALTHY, TWO_NODES, BUNDLE):
+    for case in (VLLM, HEALTHY, TWO_NODES, BUNDLE, _bundle(tmp_path, growing)):
         run_cli("diagnose", str(case), "--textfile", str(textfile))
+    assert len(list(textfile.iterdir())) == 5
     for prom in sorted(textfile.iterdir()):
         res = subprocess.run(["promtool", "check", "metrics"], input=prom.read_bytes(), capture_output=True, timeout=60)
         assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), (prom.name, res.stdout, res.stderr)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from oomdoctor.base.units import format_bytes
 from oomdoctor.report.localpaths import display_names, local_free
 from oomdoctor.report.mdsafe import code_fence, code_span, escape_markdown_html, escape_markdown_prose
-from oomdoctor.report.render.text import fmt, recommendation_head, step_line
+from oomdoctor.report.render.text import fmt, growth_sentence, recommendation_head, step_line
 
 LIMIT = 60_000
 
@@ -118,6 +118,13 @@ def _environment(view: dict) -> list[str]:
     return ["| component | version or value |", "|---|---|"] + [f"| {k} | {_cell(v)} |" for k, v in rows] + [""]
 
 
+def _growth(view: dict) -> list[str]:
+    rows = view.get("memory_growth") or []
+    if not rows:
+        return []
+    return ["### Memory that grows until it fails", ""] + [f"- {escape_markdown_prose(growth_sentence(g))}" for g in rows] + [""]
+
+
 def _budget(view: dict) -> list[str]:
     b = view["budget"]
     keys = ("pre_bytes", "post_bytes", "weights_bytes", "mem_fraction_static", "kv_budget_bytes", "dynamic_region_bytes", "kv_tokens", "sglang_autotune_mfs", "requested_bytes", "free_bytes", "reserved_unallocated_bytes")
@@ -161,7 +168,7 @@ def _footer(view: dict, names: dict[str, str]) -> list[str]:
 def render(view: dict) -> str:
     paths = [i["path"] for i in view["inputs"]] + [e["path"] for f in view["findings"] for e in f["evidence"]]
     names = display_names(paths)
-    head = _head(view) + _gpus(view) + _budget(view)
+    head = _head(view) + _growth(view) + _gpus(view) + _budget(view)
     footer = _footer(view, names)
     body: list[str] = []
     used = len("\n".join(head + footer)) + 200

@@ -6,7 +6,7 @@
     oomdoctor_recommended_value{server,class,flag}            the verdict's numeric flag values
     oomdoctor_budget_{weights,kv_pool,activation_reserve}_bytes{server,system,gpu,gpu_model}
                                                               the server's memory split, per GPU (healthy too)
-    oomdoctor_memory_growth_bytes_per_second{server,gpu,pid}  memory that grows until it fails (growth.py)
+    oomdoctor_memory_growth_bytes_per_second{server,gpu,pid}  memory that grows until it fails (memory/growth.py)
     oomdoctor_projected_full_seconds{server,gpu,pid}          seconds until that growth fills the card
 
 One meaning per label: ``server`` is the server's identity (the textfile's name carries it too, so two
@@ -172,8 +172,8 @@ def registry(view: dict[str, Any], server: str = "server", references: dict[str,
 
 
 def _growth(client: Any, reg: Any, view: dict[str, Any], server: str) -> None:
-    """The growth findings' rate and time to full, for an alert that fires before the OOM."""
-    trends = [t for f in view.get("findings") or [] for t in f.get("growth") or []]
+    """The memory-growth findings' rate and time to full (memory/growth.py), for an alert that fires before the OOM."""
+    trends = view.get("memory_growth") or []
     if not trends:
         return
     labels = ["server", "gpu", "pid"]
