@@ -6,16 +6,22 @@ H200 (tests/fixtures/gpu-recorded/run-forked-server), NVML's readings whole MiB,
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import shutil
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from oomdoctor.commands import run as flight
+from oomdoctor.commands.run import GrowthExport
 from oomdoctor.memory import growth
 
+import fakes
 from conftest import FIXTURES
 
 RECORDED = FIXTURES / "gpu-recorded" / "run-forked-server"
@@ -149,3 +155,43 @@ def test_a_dcgm_query_range_per_gpu(run_cli, tmp_path: Path) -> None:
     (g,) = data["memory_growth"]
     assert g["pid"] is None and str(g["gpu"]) == "0" and g["gib_per_hour"] == pytest.approx(1.5, rel=0.03)
     assert g["seconds_to_full"] is not None and g["seconds_to_full"] > 0
+
+
+class _Ring:
+    """What GrowthExport reads of the sampler: its ring buffer and lock."""
+
+    def __init__(self, samples: list[dict]) -> None:
+        self.samples, self.lock = samples, threading.Lock()
+
+
+def test_run_s_live_file_carries_the_growth_before_any_oom(tmp_path: Path) -> None:
+    path = tmp_path / "tf" / "oomdoctor-port-8000.prom"
+    live = GrowthExport(_Ring(_samples(_series(growing))), path, "port-8000", None)  # type: ignore[arg-type]
+    live.export()
+    s = {x.name: x for f in text_string_to_metric_families(path.read_text()) for x in f.samples}
+    assert s["oomdoctor_memory_growth_bytes_per_second"].labels == {"server": "port-8000", "gpu": "0", "pid": str(PID)}
+    assert s["oomdoctor_projected_full_seconds"].value == pytest.approx(189085, rel=0.01)
+    assert "oomdoctor_incident_info" not in s  # nothing has failed yet
+    # A flat ring: the families, no sample (no growth), never a stale one.
+    GrowthExport(_Ring(_samples(_series(flat))), path, "port-8000", None).export()  # type: ignore[arg-type]
+    text = path.read_text()
+    assert "# TYPE oomdoctor_projected_full_seconds gauge" in text and not [x for f in text_string_to_metric_families(text) for x in f.samples]
+    live.finish(keep=False)
+    assert not path.exists()
+
+
+def test_run_textfile_is_live_then_removed_on_a_clean_exit(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(flight, "GROWTH_EXPORT_S", 0.05)
+    textfile = tmp_path / "tf"
+    child = "import time, pathlib, sys\ntime.sleep(0.5)\nprint('up', pathlib.Path(sys.argv[1]).exists(), flush=True)\n"
+    script = tmp_path / "server.py"
+    script.write_text(child)
+    out, err = io.BytesIO(), io.BytesIO()
+    live_path = textfile / "oomdoctor-port-8123.prom"
+    code = flight.run(
+        [sys.executable, str(script), str(live_path), "--port", "8123"], str(tmp_path / "rec"), interval_ms=20,
+        psutil_module=None, nvml_module=fakes.FakeNvml(fakes.load("idle_reserved")), stdout=out, stderr=err, textfile_dir=str(textfile),
+    )
+    assert code == 0
+    assert b"up True" in out.getvalue()  # the live file was there while the server ran
+    assert not live_path.exists()  # and is gone with it

@@ -239,6 +239,13 @@ def _record(
     pumps = Pumps((cast(BinaryIO, child.stdout), cast(BinaryIO, child.stderr)), sinks, tee.put, snapshot.take_at_oom)
     if sampler is not None:
         sampler.start()
+    live = None
+    if sampler is not None and textfile_dir is not None:
+        from oomdoctor.report.render.prometheus import textfile_name
+
+        server = server_identity(cmd, root)
+        live = GrowthExport(sampler, Path(textfile_dir) / textfile_name(server), server, stderr)
+        live.start()
     pumps.start()
     try:
         while True:
@@ -255,6 +262,8 @@ def _record(
         elif not pumps.drain(DRAIN_QUIET_S, DRAIN_MOST_S):
             _say(stderr, "oomdoctor: the server exited, but a process it started still holds the server's output; server.log has what it wrote until it fell quiet")
     finally:
+        if live is not None:
+            live.stop_event.set()
         if sampler is not None:
             sampler.stop_event.set()
             sampler.join(timeout=5)
@@ -273,7 +282,10 @@ def _record(
         host_kill = _host_kill_lines(code, kills_before, kills_after)
         if host_kill:
             (out / RECORDER_LOG).write_text("".join(f"{line}\n" for line in host_kill))
-        if pumps.oom_seen.is_set() or code != 0 or host_kill:
+        failed = bool(pumps.oom_seen.is_set() or code != 0 or host_kill)
+        if live is not None:
+            live.finish(keep=failed)
+        if failed:
             snapshot.take()  # a no-op when the OOM line already took it
             _write_bundle(out, cmd, started, clock(), code, sampler, nvml, snapshot.data, pumps.oom_seen.is_set(), kills_before, kills_after, (tee.gaps, tee.gap_bytes))
             _write_report(out, stderr, textfile_dir, server_identity(cmd, root))
@@ -345,6 +357,55 @@ def _write_bundle(
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     samples = list(sampler.samples) if sampler is not None else []
     (out / "samples.json").write_text(json.dumps({"kind": SAMPLES_KIND, "interval_s": sampler.interval_s if sampler else None, "samples": samples, "unavailable": unavailable}, sort_keys=True) + "\n")
+
+
+# How often `run --textfile` refits the samples while the server is up (the leak alert's resolution).
+GROWTH_EXPORT_S = 30.0
+
+
+class GrowthExport(threading.Thread):
+    """While the server runs, the memory-growth gauges from the sampler's ring buffer, rewritten every ``every_s``.
+
+    An alert on ``oomdoctor_projected_full_seconds`` fires before the OOM, not after. The file is the one the
+    diagnosis replaces at a failure; on a clean exit it is removed (the server it describes is gone). A
+    write that fails is said once and the recording goes on.
+    """
+
+    def __init__(self, sampler: Sampler, path: Path, server: str, stderr: BinaryIO | None, every_s: float | None = None) -> None:
+        super().__init__(daemon=True)
+        self.sampler, self.path, self.server, self.stderr = sampler, path, server, stderr
+        self.every_s = GROWTH_EXPORT_S if every_s is None else every_s
+        self.stop_event = threading.Event()
+        self.written = False
+        self._said = False
+
+    def export(self) -> None:
+        from oomdoctor.memory import growth
+        from oomdoctor.report.render import prometheus
+
+        with self.sampler.lock:
+            samples = list(self.sampler.samples)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            prometheus.write_growth_textfile(growth.growth(samples), str(self.path), self.server)
+            self.written = True
+        except (OSError, RuntimeError) as exc:
+            if not self._said:
+                self._said = True
+                _say(self.stderr, f"oomdoctor: cannot write {self.path} ({getattr(exc, 'strerror', None) or exc})")
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.every_s):
+            self.export()
+
+    def finish(self, keep: bool) -> None:
+        """Stop; unless ``keep`` (the diagnosis is about to replace it), remove the live file."""
+        self.stop_event.set()
+        if self.is_alive():
+            self.join(timeout=5)
+        if not keep and self.written:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
 
 
 def server_identity(cmd: list[str], root: Path) -> str:

@@ -171,10 +171,13 @@ def registry(view: dict[str, Any], server: str = "server", references: dict[str,
     return reg
 
 
-def _growth(client: Any, reg: Any, view: dict[str, Any], server: str) -> None:
-    """The memory-growth findings' rate and time to full (memory/growth.py), for an alert that fires before the OOM."""
+def _growth(client: Any, reg: Any, view: dict[str, Any], server: str, always: bool = False) -> None:
+    """The memory-growth findings' rate and time to full (memory/growth.py), for an alert that fires before the OOM.
+
+    ``always``: the families even without a growing series (the live file of ``run``: no sample means no growth).
+    """
     trends = view.get("memory_growth") or []
-    if not trends:
+    if not trends and not always:
         return
     labels = ["server", "gpu", "pid"]
     rate = client.Gauge("oomdoctor_memory_growth_bytes_per_second", "GPU memory growth of a process, from a linear fit over its samples.", labels, registry=reg)
@@ -193,3 +196,11 @@ def render(view: dict[str, Any], server: str = "server", references: dict[str, R
 def write_textfile(view: dict[str, Any], path: str, server: str = "server", references: dict[str, Reference] | None = None, preceding: tuple[str, str] | None = None) -> None:
     """Write the samples for the textfile collector with prometheus-client's atomic write_to_textfile."""
     _client().write_to_textfile(path, registry(view, server, references, preceding))
+
+
+def write_growth_textfile(trends: list[dict[str, Any]], path: str, server: str = "server") -> None:
+    """``run``'s live file while the server is up: only the growth gauges, rewritten as samples come in."""
+    client = _client()
+    reg = client.CollectorRegistry()
+    _growth(client, reg, {"memory_growth": trends}, server_identity(server), always=True)
+    client.write_to_textfile(path, reg)
