@@ -234,7 +234,7 @@ def test_saved_nvidia_smi_output_given_to_diagnose(tmp_path: Path, run_cli) -> N
     kinds = [i["kind"] for i in d["inputs"]]
     assert kinds.count("gpus") == 2 and "log" in kinds
     md = run_cli("diagnose", str(log), str(xml), "--format", "markdown").out
-    assert "| NVIDIA driver | 550.54.15 |" in md and "| GPU (from the snapshot) | NVIDIA H100 80GB HBM3 |" in md
+    assert "| NVIDIA driver | 550.54.15 |" in md and "| GPU | NVIDIA H100 80GB HBM3, 79.19 GiB |" in md
     bad = tmp_path / "bad.xml"
     bad.write_text("<html></html>")
     res = run_cli("diagnose", str(log), str(bad))

@@ -107,12 +107,12 @@ def test_run_textfile_written_on_oom(tmp_path: Path) -> None:
         textfile_dir=str(textfile),
     )
     assert code == 1
-    prom = textfile / flight.TEXTFILE_NAME
+    prom = textfile / "oomdoctor-rec.prom"  # no --port in the command: the --out directory's name
     assert prom.is_file() and f"fleet samples at {prom}".encode() in err.getvalue()
-    assert sorted(p.name for p in textfile.iterdir()) == [flight.TEXTFILE_NAME]  # atomic: no temporary left
+    assert sorted(p.name for p in textfile.iterdir()) == [prom.name]  # atomic: no temporary left
     families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
-    (incident,) = families["oomdoctor_incident"].samples
-    assert incident.labels["class"] == "runtime_activation" and incident.labels["system"] == "sglang"
+    (incident,) = families["oomdoctor_incident_timestamp_seconds"].samples
+    assert incident.labels["class"] == "runtime_activation" and incident.labels["system"] == "sglang" and incident.labels["server"] == "rec"
     assert incident.value > 1.7e9  # the log's own timestamp, unix seconds
     recommended = {s.labels["flag"]: s.value for s in families["oomdoctor_recommended_value"].samples}
     assert 0 < recommended["--mem-fraction-static"] < 0.838
@@ -122,7 +122,7 @@ def test_run_clean_exit_writes_no_textfile(tmp_path: Path) -> None:
     out, err = io.BytesIO(), io.BytesIO()
     textfile = tmp_path / "tf"
     code = flight.run([sys.executable, "-c", "print('ok')"], str(tmp_path / "rec"), psutil_module=None, nvml_module=fakes.FakeNvml(fakes.load("idle_reserved")), stdout=out, stderr=err, textfile_dir=str(textfile))
-    assert code == 0 and not (textfile / flight.TEXTFILE_NAME).exists()
+    assert code == 0 and not textfile.exists()
 
 
 def test_run_textfile_unwritable_is_said_not_fatal(tmp_path: Path) -> None:

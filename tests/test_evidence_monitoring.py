@@ -78,20 +78,23 @@ def test_prometheus_textfile_round_trips(run_cli) -> None:
     res = run_cli("diagnose", str(MN / "pos_sglang_tp16_two_nodes"), "--format", "prometheus")
     assert res.code == 3
     fams = _families(res.out)
-    (incident,) = fams["oomdoctor_incident"].samples
-    assert incident.labels == {"class": "runtime_activation", "system": "sglang", "node": "node1", "gpu": "80 GB class (H100 / A100 80GB / H800)"}
+    (incident,) = fams["oomdoctor_incident_timestamp_seconds"].samples
+    labels = {"server": "pos_sglang_tp16_two_nodes", "class": "runtime_activation", "system": "sglang", "node": "node1", "gpu": "1", "gpu_model": "80 GB class (H100 / A100 80GB / H800)"}
+    assert incident.labels == labels
     assert incident.value == 1741356133.0  # 2025-03-07 14:02:13 UTC, node1's OOM
+    (info,) = fams["oomdoctor_incident_info"].samples
+    assert info.name == "oomdoctor_incident_info" and info.labels == {**labels, "time_source": "log"} and info.value == 1
     recs = {s.labels["flag"]: s.value for s in fams["oomdoctor_recommended_value"].samples}
     assert recs["--max-running-requests"] == 128.0 and "--mem-fraction-static" in recs
-    (conf,) = fams["oomdoctor_confidence"].samples
-    assert conf.labels == {"class": "runtime_activation"} and 0 < conf.value <= 1
+    (conf,) = fams["oomdoctor_confidence_ratio"].samples
+    assert conf.labels == {"server": "pos_sglang_tp16_two_nodes", "class": "runtime_activation"} and 0 < conf.value <= 1
 
 
 def test_prometheus_for_no_oom_has_no_incident_sample(run_cli) -> None:
     res = run_cli("diagnose", str(MN / "neg_two_nodes_timeout_only"), "--format", "prometheus")
     fams = _families(res.out)
-    assert res.code == 0 and not fams.get("oomdoctor_incident", type("F", (), {"samples": []})).samples
-    assert fams["oomdoctor_confidence"].samples[0].labels == {"class": "none"}
+    assert res.code == 0 and "oomdoctor_incident_info" not in fams and "oomdoctor_incident_timestamp_seconds" not in fams
+    assert fams["oomdoctor_confidence_ratio"].samples[0].labels == {"server": "neg_two_nodes_timeout_only", "class": "none"}
 
 
 def test_prometheus_textfile_written_atomically(tmp_path) -> None:
@@ -100,7 +103,7 @@ def test_prometheus_textfile_written_atomically(tmp_path) -> None:
     view = {"verdict": {"class": "foreign_process", "confidence": 0.9, "node": "sglang-0"}, "budget": {"system": "vllm"}, "findings": [], "incidents": [{"time": "2026-03-02 10:42:09"}]}
     out = tmp_path / "oomdoctor.prom"
     prometheus.write_textfile(view, str(out))
-    (sample,) = _families(out.read_text())["oomdoctor_incident"].samples
+    (sample,) = _families(out.read_text())["oomdoctor_incident_timestamp_seconds"].samples
     assert sample.value == 1772448129.0 and sample.labels["node"] == "sglang-0"
 
 

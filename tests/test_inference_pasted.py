@@ -108,9 +108,9 @@ def test_a_collect_env_paste_changes_the_gpu_and_the_release_in_the_report(tmp_p
     # CUDA_VISIBLE_DEVICES=2,3 makes PyTorch's GPU 0 the third card.
     oom = "(EngineCore_DP0 pid=3170) ERROR 05-02 11:21:37 [core.py:708] RuntimeError: CUDA error: out of memory\n"
     alone = run_cli("diagnose", str(_write(tmp_path, "oom.log", oom)), "--format", "markdown").out
-    assert "| vLLM |" not in alone and "A100" not in alone
+    assert "| engine | vLLM (version not in the inputs) |" in alone and "A100" not in alone
     both = _write(tmp_path, "both.log", (PASTED / "collect_env_vllm_0_7.txt").read_text() + oom)
     md = run_cli("diagnose", str(both), "--format", "markdown").out
-    assert "| vLLM | 0.7.2 |" in md and "| GPU (from the snapshot) | NVIDIA A100-SXM4-40GB |" in md and "| NVIDIA driver | 550.90.07 |" in md
+    assert "| engine | vLLM 0.7.2 |" in md and "| GPU | 4 x NVIDIA A100-SXM4-40GB, 39.39 GiB |" in md and "| NVIDIA driver | 550.90.07 |" in md
     data = run_cli("diagnose", str(both), "--format", "json").json
     assert data["budget"]["capacity_bytes"] == find_gpu("A100-40GB").capacity_bytes < 40960 * MIB and data["budget"]["likely_gpu"] == "A100 40GB"

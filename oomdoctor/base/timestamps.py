@@ -79,3 +79,28 @@ def at_precision(key: tuple[int, float], precision: int) -> float:
 
 
 __all__ = ["FULL_DATE", "MONTH_DAY", "TIME_OF_DAY", "at_precision", "epoch_seconds", "parse"]
+
+
+def with_year(text: str | None, reference: float, not_after: bool = False) -> float | None:
+    """Unix time of a month-day stamp (vLLM's ``01-01 10:00:00``) given the year a reference time implies.
+
+    ``reference`` is a Unix time from outside the stamp: another stamp of the same input or a bundle's
+    recording time (the nearest such date wins, so 31 December read beside 2 January is the year before),
+    or the file's modification time (``not_after``: the stamp is the latest such date not after it, a day of
+    slack for the log's zone). None for a stamp that is not month-day.
+    """
+    key = parse(text)
+    if key is None or key[0] != MONTH_DAY:
+        return None
+    shape = datetime(_LEAP_YEAR, 1, 1) + timedelta(seconds=key[1])
+    ref_year = (_EPOCH + timedelta(seconds=reference)).year
+    candidates = []
+    for year in range(ref_year - 4, ref_year + 2):
+        try:
+            candidates.append((shape.replace(year=year) - _EPOCH).total_seconds())
+        except ValueError:  # 29 February of a year that has none
+            continue
+    if not_after:
+        before = [c for c in candidates if c <= reference + 86400.0]
+        return max(before) if before else None
+    return min(candidates, key=lambda c: abs(c - reference)) if candidates else None

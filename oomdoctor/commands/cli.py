@@ -76,7 +76,7 @@ def _load_rules(rules_dirs: tuple[str, ...]) -> list:
     return load_rules(rules_dirs)
 
 
-@cli.command(help=f"Diagnose server logs (files, .gz/.bz2/.xz, directories, or - for stdin).\n\n{EXIT_CODES_HELP}")
+@cli.command(short_help="Diagnose server logs: the class of OOM and the flag to change.", help=f"Diagnose server logs (files, .gz/.bz2/.xz, directories, or - for stdin).\n\n{EXIT_CODES_HELP}")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html", "prometheus"]), default="text", show_default=True, help="Output format (prometheus: samples for node_exporter's textfile collector).")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Write the report to this file instead of stdout.")
@@ -91,13 +91,22 @@ def _load_rules(rules_dirs: tuple[str, ...]) -> list:
     help="Each PATH holds many independent incidents (one per log file, bundle or immediate subdirectory): diagnose them on every core "
     "and print a table by class and system with the most common fixes (text or json). Unreadable inputs are listed per file; exit 0 when it ran.",
 )
-def diagnose(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool, redact_pii: bool, summary: bool) -> None:
+@click.option(
+    "--textfile",
+    "textfile_dir",
+    type=click.Path(file_okay=False),
+    help="Also write the Prometheus samples to DIR/oomdoctor-SERVER.prom (node_exporter's textfile collector directory; replaced atomically).",
+)
+@click.option("--server", "server", metavar="NAME", help="The server's identity in the Prometheus samples and the textfile's name (default: the first input's name without suffixes).")
+def diagnose(
+    paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool, redact_pii: bool, summary: bool, textfile_dir: str | None, server: str | None
+) -> None:
     if summary:
         _summary(paths, fmt, output, bundle, rules_dirs, system, no_redact, redact_pii)
         return
     from oomdoctor.commands import diagnose as diagnose_command
 
-    sys.exit(int(diagnose_command.run(paths, fmt, output, bundle, rules_dirs, system, no_redact, redact_pii)))
+    sys.exit(int(diagnose_command.run(paths, fmt, output, bundle, rules_dirs, system, no_redact, redact_pii, server, textfile_dir)))
 
 
 def _summary(paths: tuple[str, ...], fmt: str, output: str | None, bundle: str | None, rules_dirs: tuple[str, ...], system: str, no_redact: bool, redact_pii: bool) -> None:
@@ -155,6 +164,7 @@ def _summary_row(path: str, options: FleetOptions) -> dict:
 
 
 @cli.command(
+    short_help="Snapshot the GPUs and their processes into a bundle.",
     help="Snapshot the GPUs (NVML, else nvidia-smi; never a CUDA context) and their processes into a bundle "
     "directory that `diagnose DIR` reads. Exit codes: 0 bundle with GPU evidence, 5 bundle written but GPU "
     "evidence unavailable (no driver or GPU), 2 usage error (also: DIR is not empty; evidence is never overwritten), 1 internal error."
@@ -220,6 +230,7 @@ def _check_model(model_path: str, model: object) -> None:
 
 
 @cli.command(
+    short_help="Plan the memory budget before launch from a config.json.",
     help="Plan the memory budget before launch from a local config.json (no network): the feasible "
     "--mem-fraction-static / --gpu-memory-utilization window, the engine's own default, KV tokens, and "
     "which GPUs / TP sizes fit. Exit codes: 0 fits, 3 does not fit (an OOM is predicted), 2 usage, 5 bad config."
@@ -227,13 +238,19 @@ def _check_model(model_path: str, model: object) -> None:
 @click.option("--model", "model_path", required=True, type=click.Path(), help="Model directory (config.json, model.safetensors.index.json) or a config.json.")
 @click.option("--gpu", "gpu_name", help="GPU name, e.g. H100-80GB, H200, H20, A100-40GB (see the [[gpu]] table in oomdoctor/data/gpus.toml).")
 @click.option("--gpu-mem-gib", type=float, help="GPU memory in GiB instead of --gpu.")
-@click.option("--tp", "tp", type=click.IntRange(1, 1024), default=1, show_default=True)
+@click.option("--tp", "tp", type=click.IntRange(1, 1024), default=1, show_default=True, help="Tensor-parallel size: the GPUs one replica's weights and KV heads are split over.")
 @click.option("--context-len", type=click.IntRange(1), help="Maximum context length (default: the model's).")
-@click.option("--kv-cache-dtype", default="auto", show_default=True, type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]))
-@click.option("--system", type=click.Choice(["sglang", "vllm"]), default="sglang", show_default=True)
+@click.option(
+    "--kv-cache-dtype",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]),
+    help="KV cache element type, as the engine's flag of that name (auto: the model's dtype).",
+)
+@click.option("--system", type=click.Choice(["sglang", "vllm"]), default="sglang", show_default=True, help="The engine whose budget model is planned (--mem-fraction-static or --gpu-memory-utilization).")
 @click.option("--at", "at", type=click.FloatRange(0, 1, min_open=True, max_open=True), callback=_finite, help="Also evaluate this --mem-fraction-static / --gpu-memory-utilization value.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text", show_default=True)
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text", show_default=True, help="Output format of the plan.")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Write the plan to this file instead of stdout.")
 def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: int, context_len: int | None, kv_cache_dtype: str, system: str, at: float | None, fmt: str, output: str | None) -> None:
     import json
 
@@ -283,12 +300,13 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
 @cli.command(
     "run",
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    short_help="Run a server under the flight recorder (logs, NVML samples).",
     help="Run a server under the flight recorder: each run gets its own directory OUT/<YYYYmmdd-HHMMSS> (OUT/latest points "
     "to the newest; earlier runs are never touched); the server's output passes through unchanged (and goes to RUN/server.log, "
     "redacted in flight, so secrets never reach the disk), GPU memory is sampled with NVML, and on an OOM or an abnormal exit RUN gets a bundle and report.html. "
     "Exits with the server's own exit code. Example: oomdoctor run --out rec -- python -m sglang.launch_server ...",
 )
-@click.option("--out", "out_dir", default="oomdoctor-run", show_default=True, type=click.Path(file_okay=False))
+@click.option("--out", "out_dir", default="oomdoctor-run", show_default=True, type=click.Path(file_okay=False), help="Directory that holds one run directory per run (and OUT/latest).")
 @click.option("--interval", "interval_ms", default=500, show_default=True, type=click.IntRange(10, 60000), help="Sampling interval in ms.")
 @click.option("--no-redact", is_flag=True, help="Keep the raw server.log (secrets included); by default each line is redacted in flight, before it is written.")
 @click.option(
@@ -303,7 +321,8 @@ def plan(model_path: str, gpu_name: str | None, gpu_mem_gib: float | None, tp: i
     "--textfile",
     "textfile_dir",
     type=click.Path(file_okay=False),
-    help="When the server OOMs, also write the diagnosis as Prometheus samples to DIR/oomdoctor.prom (node_exporter's textfile collector directory; replaced atomically).",
+    help="When the server OOMs, also write the diagnosis as Prometheus samples to DIR/oomdoctor-SERVER.prom, SERVER being port-N from the "
+    "command's --port, else the --out directory's name (node_exporter's textfile collector directory; replaced atomically).",
 )
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run_cmd(out_dir: str, interval_ms: int, no_redact: bool, keep_mb: float, textfile_dir: str | None, command: tuple[str, ...]) -> None:
@@ -313,6 +332,7 @@ def run_cmd(out_dir: str, interval_ms: int, no_redact: bool, keep_mb: float, tex
 
 
 @cli.command(
+    short_help="Triage an OOM bug report and write the first reply.",
     help="Triage an OOM bug report: read an issue (a GitHub event payload with --event, an issue's JSON export, or a "
     "markdown body; - for stdin) and write the first reply: the class and the flag when the evidence decides it, a request "
     "for exactly the missing lines when it does not, nothing when there is no OOM evidence or the confidence is below "
@@ -492,14 +512,14 @@ def rules_explain(rule_id: str, rules_dirs: tuple[str, ...]) -> None:
     raise UsageError(f"no rule {rule_id!r}; see 'oomdoctor rules list'")
 
 
-@rules.command("check", help="Validate rule files (the shipped catalogue and --rules directories).")
+@rules.command("check", short_help="Validate rule files.", help="Validate rule files (the shipped catalogue and --rules directories).")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(), help="Extra directory of *.toml rules.")
 def rules_check(rules_dirs: tuple[str, ...]) -> None:
     loaded = _load_rules(rules_dirs)
     click.echo(f"{len(loaded)} rules OK")
 
 
-@cli.group(help="List and explain the facts rules are written over (oomdoctor/data/facts.toml).")
+@cli.group(short_help="List and explain the facts rules are written over.", help="List and explain the facts rules are written over (oomdoctor/data/facts.toml).")
 def facts() -> None:
     pass
 
@@ -515,7 +535,7 @@ def facts_list(rules_dirs: tuple[str, ...]) -> None:
         click.echo(f"{spec.name:34} {spec.type:9} {spec.unit or '-':16} {','.join(spec.systems):22} {spec.doc}")
 
 
-@facts.command("explain", help="Print one fact's documentation, the systems that produce it, how to get it and the rules that use it.")
+@facts.command("explain", short_help="Print one fact's documentation and the rules that use it.", help="Print one fact's documentation, the systems that produce it, how to get it and the rules that use it.")
 @click.argument("name")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(), help="Extra directory of *.toml rules.")
 def facts_explain(name: str, rules_dirs: tuple[str, ...]) -> None:
@@ -542,7 +562,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def invoke() -> int:
         try:
-            code = cli.main(args=argv, standalone_mode=False)
+            code = cli.main(args=argv, prog_name="oomdoctor", standalone_mode=False)
             return code if isinstance(code, int) else 0
         except click.exceptions.NoArgsIsHelpError as exc:
             click.echo(exc.format_message() if hasattr(exc, "format_message") else str(exc), err=True)

@@ -10,8 +10,23 @@ from oomdoctor.commands.exits import exit_code
 from oomdoctor.report.console import echo, safe_output, warn, write_atomic
 
 
-def run(paths: tuple[str, ...], fmt: str = "text", output: str | None = None, bundle: str | None = None, rules_dirs: tuple[str, ...] = (), system: str = "auto", no_redact: bool = False, redact_pii: bool = False) -> ExitCode:
-    """Diagnose ``paths`` as one incident, write the report (stdout or ``output``) and the bundle; the exit code."""
+def run(
+    paths: tuple[str, ...],
+    fmt: str = "text",
+    output: str | None = None,
+    bundle: str | None = None,
+    rules_dirs: tuple[str, ...] = (),
+    system: str = "auto",
+    no_redact: bool = False,
+    redact_pii: bool = False,
+    server: str | None = None,
+    textfile_dir: str | None = None,
+) -> ExitCode:
+    """Diagnose ``paths`` as one incident, write the report (stdout or ``output``), the bundle and the textfile; the exit code.
+
+    ``server``: the server's identity in the Prometheus samples and the textfile's name (default: the first
+    input's name, ``server-8001.log`` -> ``server-8001``).
+    """
     from oomdoctor.api import diagnose as run_diagnosis
     from oomdoctor.api import load_rules
     from oomdoctor.input import redact
@@ -27,7 +42,8 @@ def run(paths: tuple[str, ...], fmt: str = "text", output: str | None = None, bu
         # The JSON and Prometheus reports are the contract alone; the charts are built for the others and a bundle.
         view = build_view(result, redact=not no_redact, report=bool(bundle) or fmt not in ("json", "prometheus"))
         docs = {r.id: r.docs for r in rules}
-        report = safe_output(fmt, render(fmt, view, docs, not no_redact))
+        identity = server or default_server(inputs)
+        report = safe_output(fmt, render(fmt, view, docs, not no_redact, identity))
         for stats in result.inputs:
             for warning in stats.warnings:
                 warn(f"{stats.path}: {warning}")
@@ -47,7 +63,55 @@ def run(paths: tuple[str, ...], fmt: str = "text", output: str | None = None, bu
                 raise OutputError(f"{bundle}: cannot write ({exc.strerror or exc})") from None
             for note in notes:
                 warn(f"bundle: {note}")
+        if textfile_dir:
+            write_textfile(view, textfile_dir, identity)
     return exit_code(result)
+
+
+def default_server(paths: list[str]) -> str:
+    """A server's identity from its log's name: the first input's base name without its suffixes ("-" is stdin)."""
+    from oomdoctor.report.bundle import plain_name
+
+    first = next((p for p in paths if p != "-"), "")
+    name = plain_name(first.rstrip("/\\")) if first else "stdin"
+    for suffix in (".log", ".txt", ".out", ".err"):
+        name = name.removesuffix(suffix)
+    return name or "server"
+
+
+def dating_of(view: dict) -> tuple[dict, tuple[str, str] | None]:
+    """What dates the incident beyond its own lines (input/dating.py): each input's reference time for a
+    year-less stamp, and the last stamped line before the verdict's failure line."""
+    from oomdoctor.input import dating
+
+    refs = {}
+    for item in view.get("inputs") or []:
+        ref = dating.reference(item.get("path") or "")
+        if ref is not None:
+            refs[item["path"]] = ref
+    incidents = view.get("incidents") or []
+    preceding = None
+    if incidents and incidents[-1].get("path") and incidents[-1].get("first_line"):
+        path = incidents[-1]["path"]
+        stamp = dating.stamp_before(path, int(incidents[-1]["first_line"]))
+        if stamp:
+            preceding = (stamp, path)
+            if path not in refs and (ref := dating.reference(path)) is not None:
+                refs[path] = ref
+    return refs, preceding
+
+
+def write_textfile(view: dict, directory: str, server: str) -> str:
+    """The samples as DIR/oomdoctor-<server>.prom for node_exporter's textfile collector (atomic); the path written."""
+    from oomdoctor.report.render import prometheus
+
+    path = os.path.join(directory, prometheus.textfile_name(server))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        prometheus.write_textfile(view, path, server, *dating_of(view))
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    return path
 
 
 def stdin_buffer(what: str = "-"):
@@ -111,7 +175,7 @@ def refuse_outputs_among_inputs(paths: list[str], output: str | None, bundle: st
                 raise UsageError(f"{out}: is one of the inputs; write the report elsewhere")
 
 
-def render(fmt: str, view: dict, docs: dict, redacted: bool) -> str:
+def render(fmt: str, view: dict, docs: dict, redacted: bool, server: str = "server") -> str:
     if fmt == "json":
         from oomdoctor.report.render import json_out
 
@@ -127,7 +191,7 @@ def render(fmt: str, view: dict, docs: dict, redacted: bool) -> str:
     if fmt == "prometheus":
         from oomdoctor.report.render import prometheus
 
-        return prometheus.render(view)
+        return prometheus.render(view, server, *dating_of(view))
     from oomdoctor.report.render import text
 
     return text.render(view)

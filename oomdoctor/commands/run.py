@@ -178,7 +178,7 @@ def run(
     """Run ``cmd`` under the recorder in a new run directory under ``out_dir``; return the child's exit code (128+N when killed by signal N).
 
     ``textfile_dir``: when the server OOMs (or exits abnormally), also write the diagnosis as Prometheus samples to
-    ``textfile_dir/oomdoctor.prom`` (node_exporter's textfile collector; replaced atomically).
+    ``textfile_dir/oomdoctor-<server>.prom`` (node_exporter's textfile collector; replaced atomically; ``server_identity``).
     """
     root = Path(out_dir)
     try:
@@ -239,6 +239,13 @@ def _record(
     pumps = Pumps((cast(BinaryIO, child.stdout), cast(BinaryIO, child.stderr)), sinks, tee.put, snapshot.take_at_oom)
     if sampler is not None:
         sampler.start()
+    live = None
+    if sampler is not None and textfile_dir is not None:
+        from oomdoctor.report.render.prometheus import textfile_name
+
+        server = server_identity(cmd, root)
+        live = GrowthExport(sampler, Path(textfile_dir) / textfile_name(server), server, stderr)
+        live.start()
     pumps.start()
     try:
         while True:
@@ -255,6 +262,8 @@ def _record(
         elif not pumps.drain(DRAIN_QUIET_S, DRAIN_MOST_S):
             _say(stderr, "oomdoctor: the server exited, but a process it started still holds the server's output; server.log has what it wrote until it fell quiet")
     finally:
+        if live is not None:
+            live.stop_event.set()
         if sampler is not None:
             sampler.stop_event.set()
             sampler.join(timeout=5)
@@ -273,10 +282,13 @@ def _record(
         host_kill = _host_kill_lines(code, kills_before, kills_after)
         if host_kill:
             (out / RECORDER_LOG).write_text("".join(f"{line}\n" for line in host_kill))
-        if pumps.oom_seen.is_set() or code != 0 or host_kill:
+        failed = bool(pumps.oom_seen.is_set() or code != 0 or host_kill)
+        if live is not None:
+            live.finish(keep=failed)
+        if failed:
             snapshot.take()  # a no-op when the OOM line already took it
             _write_bundle(out, cmd, started, clock(), code, sampler, nvml, snapshot.data, pumps.oom_seen.is_set(), kills_before, kills_after, (tee.gaps, tee.gap_bytes))
-            _write_report(out, stderr, textfile_dir)
+            _write_report(out, stderr, textfile_dir, server_identity(cmd, root))
         else:
             _say(stderr, f"oomdoctor: the server exited cleanly; log at {out / 'server.log'}")
     except OSError as exc:
@@ -347,10 +359,67 @@ def _write_bundle(
     (out / "samples.json").write_text(json.dumps({"kind": SAMPLES_KIND, "interval_s": sampler.interval_s if sampler else None, "samples": samples, "unavailable": unavailable}, sort_keys=True) + "\n")
 
 
-TEXTFILE_NAME = "oomdoctor.prom"
+# How often `run --textfile` refits the samples while the server is up (the leak alert's resolution).
+GROWTH_EXPORT_S = 30.0
 
 
-def _write_report(out: Path, stderr: BinaryIO | None, textfile_dir: str | None = None) -> None:
+class GrowthExport(threading.Thread):
+    """While the server runs, the memory-growth gauges from the sampler's ring buffer, rewritten every ``every_s``.
+
+    An alert on ``oomdoctor_projected_full_seconds`` fires before the OOM, not after. The file is the one the
+    diagnosis replaces at a failure; on a clean exit it is removed (the server it describes is gone). A
+    write that fails is said once and the recording goes on.
+    """
+
+    def __init__(self, sampler: Sampler, path: Path, server: str, stderr: BinaryIO | None, every_s: float | None = None) -> None:
+        super().__init__(daemon=True)
+        self.sampler, self.path, self.server, self.stderr = sampler, path, server, stderr
+        self.every_s = GROWTH_EXPORT_S if every_s is None else every_s
+        self.stop_event = threading.Event()
+        self.written = False
+        self._said = False
+
+    def export(self) -> None:
+        from oomdoctor.memory import growth
+        from oomdoctor.report.render import prometheus
+
+        with self.sampler.lock:
+            samples = list(self.sampler.samples)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            prometheus.write_growth_textfile(growth.growth(samples), str(self.path), self.server)
+            self.written = True
+        except (OSError, RuntimeError) as exc:
+            if not self._said:
+                self._said = True
+                _say(self.stderr, f"oomdoctor: cannot write {self.path} ({getattr(exc, 'strerror', None) or exc})")
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.every_s):
+            self.export()
+
+    def finish(self, keep: bool) -> None:
+        """Stop; unless ``keep`` (the diagnosis is about to replace it), remove the live file."""
+        self.stop_event.set()
+        if self.is_alive():
+            self.join(timeout=5)
+        if not keep and self.written:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+
+
+def server_identity(cmd: list[str], root: Path) -> str:
+    """Which server a textfile is for: ``port-N`` from the command's ``--port N`` (two servers on a node listen
+    on two ports), else the recording root's name (``--out``)."""
+    for i, arg in enumerate(cmd):
+        if arg == "--port" and i + 1 < len(cmd) and cmd[i + 1].isdigit():
+            return f"port-{cmd[i + 1]}"
+        if arg.startswith("--port=") and arg[7:].isdigit():
+            return f"port-{arg[7:]}"
+    return root.resolve().name or "server"
+
+
+def _write_report(out: Path, stderr: BinaryIO | None, textfile_dir: str | None = None, server: str = "server") -> None:
     from oomdoctor.api import diagnose, load_rules
     from oomdoctor.base.errors import OomdoctorError
     from oomdoctor.report.console import safe_output
@@ -368,17 +437,18 @@ def _write_report(out: Path, stderr: BinaryIO | None, textfile_dir: str | None =
         return
     _say(stderr, note)
     if textfile_dir is not None:
-        _write_textfile(view, Path(textfile_dir), stderr)
+        _write_textfile(view, Path(textfile_dir), stderr, server)
 
 
-def _write_textfile(view: dict[str, Any], directory: Path, stderr: BinaryIO | None) -> None:
+def _write_textfile(view: dict[str, Any], directory: Path, stderr: BinaryIO | None, server: str = "server") -> None:
     """The diagnosis as samples for node_exporter's textfile collector (atomic); a failure is said, never raised."""
+    from oomdoctor.commands.diagnose import dating_of
     from oomdoctor.report.render import prometheus
 
-    path = directory / TEXTFILE_NAME
+    path = directory / prometheus.textfile_name(server)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        prometheus.write_textfile(view, str(path))
+        prometheus.write_textfile(view, str(path), server, *dating_of(view))
     except (OSError, RuntimeError) as exc:
         _say(stderr, f"oomdoctor: cannot write {path} ({getattr(exc, 'strerror', None) or exc})")
         return

@@ -132,4 +132,6 @@ def _diagnose(paths: list[str], rules: list[Rule], system: str | None, recommend
     last_facts = build_facts(runs[-1], force=True, system=system, hint=hint, collected=gathered, line_counts=line_counts, joined_pieces=joined_pieces) if runs else None
     if last_facts is not None:
         nodes_facts(last_facts, timeline_of(across, chosen), "none")
+        # A healthy server's memory over time too: growth that has not failed yet is what an alert needs.
+        monitoring_facts(last_facts, gathered, across, read_paths)
     return no_oom_verdict(all_runs, last_facts, stats_list)

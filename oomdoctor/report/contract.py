@@ -123,6 +123,13 @@ def _across(d: Diagnosis) -> dict[str, Any]:
         out["consequences"] = f.get("_consequences") or []
     if f.get("_monitoring_gpus"):
         out["monitoring"] = {"gpus": f.get("_monitoring_gpus"), "foreign_pods": list(f.get("monitoring_foreign_pods") or ())}
+    if f.get("_samples"):
+        from oomdoctor.memory import growth
+
+        totals = {str(g.get("uuid") or g.get("gpu")): g["total_bytes"] for g in f.get("_monitoring_gpus") or () if g.get("total_bytes")}
+        found = growth.growth(list(f.get("_samples")), totals)
+        if found:
+            out["memory_growth"] = found
     return out
 
 

@@ -1,4 +1,8 @@
-"""A GitHub-issue summary in Markdown: verdict, flags, GPU table, environment, budget, excerpts.
+"""A GitHub-issue summary in Markdown: versions, verdict, flags, GPU table, budget, the cited log lines.
+
+It is the attachment of a bug report (``--format markdown``, a bundle's summary.md), so a maintainer reads
+the versions first, sees the evidence lines without unfolding anything (only derivations are folded),
+and finds no local path: inputs go by their base name, home directories as ``~`` (localpaths).
 
 GitHub caps an issue body at 65,536 characters; the summary stays under LIMIT and says what it left
 out when it has to cut.
@@ -7,8 +11,9 @@ out when it has to cut.
 from __future__ import annotations
 
 from oomdoctor.base.units import format_bytes
+from oomdoctor.report.localpaths import display_names, local_free
 from oomdoctor.report.mdsafe import code_fence, code_span, escape_markdown_html, escape_markdown_prose
-from oomdoctor.report.render.text import fmt, recommendation_head, step_line
+from oomdoctor.report.render.text import fmt, growth_sentence, recommendation_head, step_line
 
 LIMIT = 60_000
 
@@ -23,7 +28,9 @@ def _fence(body: str, lang: str = "text") -> str:
 
 def _head(view: dict) -> list[str]:
     v = view["verdict"]
-    out = [f"## oomdoctor: `{v['class']}` (confidence {v['confidence']:.2f})", "", escape_markdown_prose(v["summary"]), ""]
+    out = [f"## oomdoctor: `{v['class']}` (confidence {v['confidence']:.2f})", ""]
+    out += _environment(view)
+    out += [escape_markdown_prose(v["summary"]), ""]
     report = view.get("report", {})
     if report.get("flags"):
         title = "### Run first" if report.get("flags_are_commands") else "### Change (one consistent set)"
@@ -79,25 +86,43 @@ def _gpus(view: dict) -> list[str]:
     return out
 
 
+_ENGINES = {"sglang": "SGLang", "vllm": "vLLM", "torch": "PyTorch"}
+
+
 def _environment(view: dict) -> list[str]:
+    """Versions first (engine, PyTorch, CUDA, GPU, driver: those the inputs give), then the deployment."""
     env = view.get("report", {}).get("environment") or {}
     if not env:
         return []
-    rows = [("oomdoctor", view["tool"]["version"])]
-    names = {
-        "system": "serving system",
-        "gpu_names": "GPU (from the snapshot)",
-        "gpu": "GPU (from the capacity)",
-        "capacity_bytes": "GPU memory",
-        "driver_version": "NVIDIA driver",
-        "model": "model",
-        "tp_size": "tensor parallel",
-        "vllm_version": "vLLM",
-    }
-    for key, label in names.items():
+    system = env.get("system")
+    rows: list[tuple[str, object]] = []
+    if system:
+        engine = _ENGINES.get(system, system)
+        version = env.get(f"{system}_version")
+        rows.append(("engine", f"{engine} {version}" if version else f"{engine} (version not in the inputs)"))
+    for key, label in (("torch_version", "PyTorch"), ("cuda_version", "CUDA")):
         if key in env:
-            rows.append((label, format_bytes(env[key]) if key.endswith("_bytes") else env[key]))
-    return ["### Environment", "", "| | |", "|---|---|"] + [f"| {k} | {_cell(v)} |" for k, v in rows] + [""]
+            rows.append((label, env[key]))
+    gpu = env.get("gpu_names") or env.get("gpu")
+    if gpu or "capacity_bytes" in env:
+        where = "" if env.get("gpu_names") else " (from the capacity)" if gpu else ""
+        size = f", {format_bytes(env['capacity_bytes'])}" if "capacity_bytes" in env else ""
+        count = f"{env['gpu_count']} x " if env.get("gpu_count") else ""
+        rows.append(("GPU", f"{count}{gpu or 'unnamed'}{where}{size}"))
+    if "driver_version" in env:
+        rows.append(("NVIDIA driver", env["driver_version"]))
+    for key, label in (("model", "model"), ("tp_size", "tensor parallel")):
+        if key in env:
+            rows.append((label, env[key]))
+    rows.append(("oomdoctor", view["tool"]["version"]))
+    return ["| component | version or value |", "|---|---|"] + [f"| {k} | {_cell(v)} |" for k, v in rows] + [""]
+
+
+def _growth(view: dict) -> list[str]:
+    rows = view.get("memory_growth") or []
+    if not rows:
+        return []
+    return ["### Memory that grows until it fails", ""] + [f"- {escape_markdown_prose(growth_sentence(g))}" for g in rows] + [""]
 
 
 def _budget(view: dict) -> list[str]:
@@ -109,44 +134,46 @@ def _budget(view: dict) -> list[str]:
     return ["### Budget", "", "| quantity | value |", "|---|---|"] + [f"| `{k}` | {v} |" for k, v in rows] + [""]
 
 
-def _details(view: dict) -> list[list[str]]:
+def _details(view: dict, names: dict[str, str]) -> list[list[str]]:
+    """One block per finding: its message and cited lines in the open; only the derivations are folded."""
     blocks: list[list[str]] = []
     for f in view["findings"]:
-        lines = [f"{e['path']}:{e['line']}{' [' + e['rank'] + ']' if e['rank'] else ''}: {e['text']}" for e in f["evidence"]]
+        lines = [f"{names.get(e['path'], e['path'])}:{e['line']}{' [' + e['rank'] + ']' if e['rank'] else ''}: {e['text']}" for e in f["evidence"]]
         block = [
-            f"<details><summary>{escape_markdown_html(f['class'])} ({escape_markdown_html(f['rule'] or 'no rule')}): {len(lines)} log line(s)</summary>",
+            f"#### {_code(f['class'], in_table=False)} (rule {_code(f['rule'] or 'none', in_table=False)}): {len(lines)} log line(s)",
             "",
             escape_markdown_prose(f["message"]),
             "",
         ]
         if lines:
-            block.append(_fence("\n".join(lines)))
+            block += [_fence("\n".join(lines)), ""]
         for r in f["recommendations"]:
             if r["derivation"]:
                 steps = "\n".join(step_line(s) for s in r["derivation"])
-                block += ["", f"Derivation of `{recommendation_head(r)}`:", "", _fence(steps)]
-        block += ["", "</details>", ""]
+                block += [f"<details><summary>Derivation of {escape_markdown_html(recommendation_head(r))}</summary>", "", _fence(steps), "", "</details>", ""]
         blocks.append(block)
     return blocks
 
 
-def _footer(view: dict) -> list[str]:
+def _footer(view: dict, names: dict[str, str]) -> list[str]:
     out: list[str] = []
     unchecked = view.get("report", {}).get("unchecked") or []
     if unchecked:
         out += ["### Not checked", ""] + [f"- {escape_markdown_prose(u['what'])}: {_code(u['command'], in_table=False)}" for u in unchecked] + [""]
-    inputs = ", ".join(f"{_code(i['path'], in_table=False)} ({i['lines']} lines{', damaged' if i.get('damaged') else ', truncated' if i['truncated'] else ''})" for i in view["inputs"])
+    inputs = ", ".join(f"{_code(names.get(i['path'], i['path']), in_table=False)} ({i['lines']} lines{', damaged' if i.get('damaged') else ', truncated' if i['truncated'] else ''})" for i in view["inputs"])
     out.append(f"<sub>oomdoctor {view['tool']['version']} · inputs: {inputs}</sub>")
     return out
 
 
 def render(view: dict) -> str:
-    head = _head(view) + _gpus(view) + _environment(view) + _budget(view)
-    footer = _footer(view)
+    paths = [i["path"] for i in view["inputs"]] + [e["path"] for f in view["findings"] for e in f["evidence"]]
+    names = display_names(paths)
+    head = _head(view) + _growth(view) + _gpus(view) + _budget(view)
+    footer = _footer(view, names)
     body: list[str] = []
     used = len("\n".join(head + footer)) + 200
     omitted = 0
-    for block in _details(view):
+    for block in _details(view, names):
         text = "\n".join(block)
         if used + len(text) > LIMIT:
             omitted += 1
@@ -158,7 +185,7 @@ def render(view: dict) -> str:
     if omitted:
         body.append(f"> Truncated: {omitted} finding detail block(s) left out to stay under {LIMIT} characters; the full report is in the bundle (`--bundle`).")
         body.append("")
-    out = "\n".join([*head, "### Findings", "", *body, *footer]) + "\n"
+    out = local_free("\n".join([*head, "### Findings", "", *body, *footer]) + "\n", paths)
     if len(out) > LIMIT:
         cut = out[: LIMIT - 200]
         out = cut + f"\n\n> Truncated at {LIMIT - 200} characters (GitHub's issue limit is 65,536).\n"

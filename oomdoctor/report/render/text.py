@@ -144,6 +144,26 @@ def _factors(v: dict) -> list[str]:
     return ["confidence moved by: " + "; ".join(f"{f['factor']} ({f['delta']:+.2f})" for f in factors)]
 
 
+def growth_sentence(g: dict) -> str:
+    """One memory-growth finding in words: who grows, how fast, how well a line fits, when the card is full."""
+    who = f"process {g['pid']}" if g.get("pid") is not None else "used memory"
+    gpu = f" on GPU {g['gpu']}" if g.get("gpu") is not None else ""
+    left = g.get("seconds_to_full")
+    when = f"at that rate the card is full in {_duration(left)}" if left is not None else "the card's total is not in the samples, so no time to full"
+    return (
+        f"{who}{gpu} grows {g['gib_per_hour']:.2f} GiB/h ({format_bytes(round(g['bytes_per_second']))}/s; a line fits "
+        f"{g['points']} samples over {_duration(g['span_s'])} with R^2 {g['r2']:.2f}); {when}"
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 5400:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 90:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
 def render(view: dict) -> str:
     out: list[str] = []
     head = _evidence_line(view["verdict"])
@@ -158,6 +178,10 @@ def render(view: dict) -> str:
             if phase.get("name") not in (None, "unknown"):
                 out.append(f"  phase: {phase['name']} (from {phase['source']})")
             out.extend("  " + line for line in _factors(view["verdict"]))
+        out.append("")
+    if view.get("memory_growth"):
+        out.append("memory that grows until it fails (a leak or fragmentation):")
+        out.extend(f"  {growth_sentence(g)}" for g in view["memory_growth"])
         out.append("")
     b = view["budget"]
     if any(k in b for k in ("pre_bytes", "kv_budget_bytes", "capacity_bytes")):
