@@ -188,23 +188,38 @@ _KEPT_MAX = 4096
 _kept: dict[bytes, bool] = {}
 
 
+# A request log repeats the text before its keys (vLLM's `..., stop=[], stop_token_ids=`): the bytes just before a
+# separator, when the key and what ends it lie within them, say the key without reading back again.
+_MEMO_BEFORE = 40
+_before_memo: dict[bytes, tuple[int, bytes]] = {}
+
+
 def _key_before(data: bytes, sep_end: int) -> tuple[int, bytes] | None:
     """(where it starts, the key) of the kv match ending at ``sep_end`` (just after its ':' or '='); None when unsure."""
+    near = data[max(0, sep_end - 1 - _MEMO_BEFORE) : sep_end - 1]
+    known = _before_memo.get(near)
+    if known is not None:
+        return sep_end - 1 - known[0], known[1]
     low = max(0, sep_end - 1 - _KEY_BACK)
-    back = data[low : sep_end - 1][::-1]
-    m = _BACK.match(back)
-    key = m.group(1)[::-1] if m is not None else b""
-    if not key or (m is not None and m.end() == len(back) and low > 0):
+    m = _BACK.match(data[low : sep_end - 1][::-1])
+    if m is None or not m.group(1) or (m.end() == sep_end - 1 - low and low > 0):
         return None
-    return sep_end - 1 - m.end(), key  # type: ignore[union-attr]
+    key = m.group(1)[::-1]
+    if m.end() < len(near):  # the byte before the key is among `near`: they alone decide it
+        if len(_before_memo) >= _KEPT_MAX:
+            _before_memo.clear()
+        _before_memo[near] = (m.end(), key)
+    return sep_end - 1 - m.end(), key
 
 
 def _keeps(data: bytes, sep_end: int) -> bool:
     """Whether the kv rule keeps whatever follows the key of the match ending at ``sep_end``."""
     found = _key_before(data, sep_end)
-    if found is None:
-        return False
-    key = found[1]
+    return found is not None and _keeps_key(found[1])
+
+
+def _keeps_key(key: bytes) -> bool:
+    """secret_rules.keeps_key on a key read back from bytes, asked once per distinct key."""
     kept = _kept.get(key)
     if kept is None:
         if len(_kept) >= _KEPT_MAX:
@@ -260,7 +275,7 @@ def _lines_from_reports(data: bytes, reports: list[tuple[int, int]], kv_id: int)
             continue
         if hits is not None:
             hits.append((found[0] - start, to - start))
-        changing = changing or not _keeps(data, to)
+        changing = changing or not _keeps_key(found[1])
     if changing:
         lines.append((start, hits))
     return lines
