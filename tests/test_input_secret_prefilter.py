@@ -233,27 +233,20 @@ def _has_hyperscan() -> bool:
     return True
 
 
-def test_the_hyperscan_database_is_kept_on_disk_and_a_file_others_could_write_is_not_loaded(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_takes_hyperscan_once_a_long_stream_went_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its compilation costs 0.3-0.5 s of CPU: a short run or a diagnosis never pays it, a chatty server's log soon does."""
     pytest.importorskip("hyperscan")
-    from oomdoctor.input import prefilter_hyperscan
-
-    monkeypatch.setenv(prefilter_hyperscan.ENV_CACHE, str(tmp_path))
-    monkeypatch.setattr(prefilter_hyperscan, "_databases", {})
-    pieces = secret_prefilter._pieces()
-    data = b"x stop_token_ids=[] api_key=abc\nAuthorization: Bearer abcdefgh12345678\n"
-    first = prefilter_hyperscan.database(pieces, required=True)
-    assert first is not None
-    (saved,) = tmp_path.glob("prefilter-*.hsdb")
-    compiled = []
-    monkeypatch.setattr(prefilter_hyperscan, "_databases", {})
-    real = prefilter_hyperscan._load
-    monkeypatch.setattr(prefilter_hyperscan, "_load", lambda hs, path: compiled.append(path) or real(hs, path))
-    loaded = prefilter_hyperscan.database(pieces, required=True)
-    assert loaded is not None and loaded.reports(data) == first.reports(data) and first.reports(data)
-    assert compiled == [saved]
-    saved.chmod(0o666)  # another user could have written it: compiled again, and the file replaced by one of ours
-    monkeypatch.setattr(prefilter_hyperscan, "_databases", {})
-    assert prefilter_hyperscan._load(__import__("hyperscan"), saved) is None
-    again = prefilter_hyperscan.database(pieces, required=True)
-    assert again is not None and again.reports(data) == first.reports(data)
-    assert saved.stat().st_mode & 0o022 == 0
+    monkeypatch.setattr(secret_prefilter, "_hs_db", [])
+    monkeypatch.setattr(secret_prefilter, "_seen", [0])
+    monkeypatch.setattr(secret_prefilter, "HYPERSCAN_AFTER_BYTES", 1200)
+    used = []
+    real = secret_prefilter._lines_from_reports
+    monkeypatch.setattr(secret_prefilter, "_lines_from_reports", lambda *a: used.append(1) or real(*a))
+    data = b"x stop_token_ids=[] api_key=abc\nAuthorization: Bearer abcdefgh12345678\n" + b"plain line\n" * 40
+    first = secret_prefilter.flagged_lines(data)  # 513 bytes: the one pass
+    assert used == [] and [start for start, _ in first] == [0, 32]
+    second = secret_prefilter.flagged_lines(data)  # 1026: still
+    assert used == [] and second == first
+    third = secret_prefilter.flagged_lines(data)  # past 1200 bytes: hyperscan, the same lines
+    assert used == [1] and [start for start, _ in third] == [0, 32]
+    assert Redactor().log_bytes(data) == Redactor().text(data.decode()).encode()
