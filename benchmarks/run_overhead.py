@@ -3,6 +3,7 @@
     python benchmarks/run_overhead.py                  # both children, 5 pairs each
     python benchmarks/run_overhead.py --child vllm --pairs 7 --requests 40000
     python benchmarks/run_overhead.py --oomdoctor BEFORE_VENV/bin/oomdoctor   # another install (the code before a change)
+    python benchmarks/run_overhead.py --floor          # also the floor: a bare Python reader of the child's pipe
 
 Two children, each timed bare (stdout to /dev/null) and under `oomdoctor run --out DIR` (its stdout to
 /dev/null too), alternately, so load on the machine falls on both alike:
@@ -112,6 +113,25 @@ PLAIN_CHILD = textwrap.dedent(
 
 CHILDREN = {"vllm": VLLM_CHILD, "plain": PLAIN_CHILD}
 
+# The floor (--floor): the least any recorder that reads the child's pipe does, in Python: a 1 MiB pipe read
+# in 1 MiB reads, each written to its stdout as it came, with run's pause after a read that did not fill it
+# (no log, no redaction, no trigger check, no start-up beyond Python's). What it costs over the bare child is
+# the pipe's (the child's writes into a pipe instead of /dev/null, the reads and the copies), not oomdoctor's.
+FLOOR_READER = textwrap.dedent(
+    r"""
+    import fcntl, os, subprocess, sys, time
+    child = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, bufsize=0)
+    fd = child.stdout.fileno()
+    fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
+    full = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    while chunk := os.read(fd, 1 << 20):
+        os.write(1, chunk)
+        if len(chunk) < full:
+            time.sleep(0.004)
+    sys.exit(child.wait())
+    """
+)
+
 
 # The children's environment: PYTHONUNBUFFERED (set in many containers) would make the plain child's
 # every print a write(2) of its own, and one write per line to a pipe costs a Python child ~25% more CPU
@@ -135,14 +155,22 @@ def oomdoctor_exe() -> str:
     return shutil.which("oomdoctor") or str(Path(sys.executable).with_name("oomdoctor"))
 
 
-def measure(name: str, child: list[str], pairs: int, work: Path, exe: str) -> dict:
-    """``pairs`` alternating runs of the bare child and the child under `oomdoctor run`; the wall times and their ratios."""
+def measure(name: str, child: list[str], pairs: int, work: Path, exe: str, floor: bool = False) -> dict:
+    """``pairs`` alternating runs of the bare child and the child under `oomdoctor run` (and under the floor reader);
+    the wall times, their ratios and the CPU added per MB of output."""
     rec = work / "rec"
-    expected = subprocess.run(child, capture_output=True, check=True, env=ENV).stdout.count(b"\n")
+    output = subprocess.run(child, capture_output=True, check=True, env=ENV).stdout
+    expected, mb = output.count(b"\n"), len(output) / 1e6
+    reader = work / "floor_reader.py"
+    reader.write_text(FLOOR_READER)
     rows = []
     for _ in range(pairs):
         bare, bare_cpu, code = wall(child)
         assert code == 0, f"the bare {name} child failed"
+        floor_s = floor_cpu = None
+        if floor:
+            floor_s, floor_cpu, code = wall([sys.executable, str(reader), *child])
+            assert code == 0, f"the floor reader around the {name} child failed"
         shutil.rmtree(rec, ignore_errors=True)
         under, under_cpu, code = wall([exe, "run", "--out", str(rec), "--", *child])
         assert code == 0, f"oomdoctor run around the {name} child exited {code}"
@@ -155,6 +183,9 @@ def measure(name: str, child: list[str], pairs: int, work: Path, exe: str) -> di
                 "run_s": under,
                 "ratio": under / bare,
                 "recorder_cpu": (under_cpu - bare_cpu) / bare_cpu,
+                "cpu_ms_per_mb": (under_cpu - bare_cpu) * 1000 / mb,
+                "floor_ratio": None if floor_s is None else floor_s / bare,
+                "floor_cpu_ms_per_mb": None if floor_cpu is None else (floor_cpu - bare_cpu) * 1000 / mb,
                 "gaps": gaps,
                 "kept_whole": b"of server output dropped here" not in log and log.count(b"\n") == expected,
             }
@@ -163,9 +194,13 @@ def measure(name: str, child: list[str], pairs: int, work: Path, exe: str) -> di
     return {
         "child": name,
         "lines": expected,
+        "mb": mb,
         "rows": rows,
         "median_ratio": statistics.median(r["ratio"] for r in rows),
         "median_recorder_cpu": statistics.median(r["recorder_cpu"] for r in rows),
+        "median_cpu_ms_per_mb": statistics.median(r["cpu_ms_per_mb"] for r in rows),
+        "median_floor_ratio": statistics.median(r["floor_ratio"] for r in rows) if floor else None,
+        "median_floor_cpu_ms_per_mb": statistics.median(r["floor_cpu_ms_per_mb"] for r in rows) if floor else None,
     }
 
 
@@ -175,6 +210,7 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--requests", type=int, default=30000, help="requests the vLLM child logs (3 lines each)")
     ap.add_argument("--lines", type=int, default=2_000_000, help="lines the plain child prints")
+    ap.add_argument("--floor", action="store_true", help="also time each child under the floor reader (what reading its pipe at all costs)")
     ap.add_argument("--oomdoctor", default=oomdoctor_exe(), help="the oomdoctor to measure (another install's bin/oomdoctor: the code before a change)")
     args = ap.parse_args()
     import oomdoctor
@@ -190,16 +226,22 @@ def main() -> int:
             script = work / f"{name}_child.py"
             script.write_text(CHILDREN[name])
             child = [sys.executable, str(script), str(args.requests if name == "vllm" else args.lines)]
-            result = measure(name, child, args.pairs, work, args.oomdoctor)
-            print(f"{name} child: {result['lines']} lines")
+            result = measure(name, child, args.pairs, work, args.oomdoctor, args.floor)
+            print(f"{name} child: {result['lines']} lines, {result['mb']:.1f} MB")
             for r in result["rows"]:
                 kept = "server.log whole" if r["kept_whole"] else "server.log: head and tail (--keep-mb)"
-                print(f"  bare {r['bare_s']:6.2f} s   run {r['run_s']:6.2f} s   {r['ratio']:5.2f}x   recorder CPU +{r['recorder_cpu']:4.0%}   {kept}, {r['gaps']} gap(s)")
+                floor = "" if r["floor_ratio"] is None else f"   floor {r['floor_ratio']:5.2f}x {r['floor_cpu_ms_per_mb']:5.1f} ms/MB"
+                print(
+                    f"  bare {r['bare_s']:6.2f} s   run {r['run_s']:6.2f} s   {r['ratio']:5.2f}x   recorder CPU +{r['recorder_cpu']:4.0%} "
+                    f"{r['cpu_ms_per_mb']:5.1f} ms/MB{floor}   {kept}, {r['gaps']} gap(s)"
+                )
             ok = result["median_ratio"] <= TARGET
             missed |= not ok
+            floor = "" if result["median_floor_ratio"] is None else f"; the floor reader {result['median_floor_ratio']:.2f}x, +{result['median_floor_cpu_ms_per_mb']:.1f} ms/MB"
             print(
                 f"  median ratio {result['median_ratio']:.2f}x (target <= {TARGET:.2f}x: {'met' if ok else 'MISSED'}), "
-                f"the recorder's CPU +{result['median_recorder_cpu']:.0%} of the child's; load average now {os.getloadavg()[0]:.1f}"
+                f"the recorder's CPU +{result['median_recorder_cpu']:.0%} of the child's, +{result['median_cpu_ms_per_mb']:.1f} ms per MB{floor}; "
+                f"load average now {os.getloadavg()[0]:.1f}"
             )
     return 1 if missed else 0
 

@@ -168,3 +168,85 @@ def test_log_bytes_with_the_prefilter_s_own_key_hits_writes_what_every_rule_writ
 def test_keys_hidden_from_the_one_pass_are_still_tried(line: str) -> None:
     _log_bytes_equals_the_rules(line)
     _fast_equals_the_rules(line)
+
+
+# --- the narrow prefilter (issue 24): keys the kv rule keeps flag no line ---------------------------
+
+
+@pytest.fixture(params=["hyperscan", "one pass"])
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Redactor.log_bytes with each way of finding the flagged lines: hyperscan's every match, or RE2's one leftmost pass."""
+    if request.param == "hyperscan":
+        pytest.importorskip("hyperscan")
+        return "hyperscan"
+    monkeypatch.setattr(secret_prefilter, "_hs_db", [None])
+    return "auto"
+
+
+def test_a_request_log_flags_no_line(engine: str) -> None:
+    """vLLM's request lines name only token ids (`stop_token_ids=[]`, `prompt_token_ids: [...]`): no line to redact, so the
+    log costs the one pass over its bytes (before, each was flagged and went through the kv fast path: 38 MB/s)."""
+    lines = [line + "\n" for line in _request_lines(100)[::2]]  # the vLLM ones
+    data = "".join(lines).encode()
+    assert b"prompt_token_ids: [" in data and b"stop_token_ids=[]" in data
+    assert secret_prefilter.secret_line_starts(data, engine) == []
+    assert Redactor().log_bytes(data) is data
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "_authToken=npm0123456789secret",  # npm's .npmrc line: the key at the line's start begins with '_'
+        "_auth=dXNlcjpwYXNzd29yZA==",
+        "prompt_token_ids: [1, 2] x_token=s3cr3t0123",  # a kept key, then one that is not
+        "stop_token_ids=x_token=s3cr3t0123",  # the rule takes the second key as the first one's value (kept, as the rules keep it)
+        "stop_token_ids=_authToken=s3cr3t0123 token=abc",
+        "eos_token_id: 2 Authorization: Bearer abcdefgh12345678",  # a kept key and another piece on the line
+        "stop_token_ids\u3000= [1] token=abc",  # a Unicode space before the separator: the key is not read back
+    ],
+)
+def test_kept_keys_and_the_keys_around_them(line: str, engine: str) -> None:
+    """log_bytes writes what the rules write; `_authToken=` at a line's start reached server.log in clear before (the key
+    was taken to start one byte later)."""
+    _log_bytes_equals_the_rules(line)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.one_of(st.sampled_from([*KV_FRAGMENTS, "_authToken=", "eos_token_id", "token_count=", "\n"]), st.text(max_size=4)), min_size=1, max_size=16))
+def test_the_narrow_prefilter_flags_every_line_the_rules_change(parts: list[str]) -> None:
+    for engine in ("hyperscan", "re") if _has_hyperscan() else ("re",):
+        data = "".join(parts).encode("utf-8", "surrogateescape") + b"\n"
+        flagged = set(secret_prefilter.secret_line_starts(data, engine))
+        start = 0
+        for line in data.split(b"\n")[:-1]:  # the lines as log_bytes splits them
+            text = line.decode("utf-8", "surrogateescape") + "\n"
+            if secret_rules.redact_secrets(text) != text:
+                assert start in flagged, (engine, line)
+            start += len(line) + 1
+
+
+def _has_hyperscan() -> bool:
+    try:
+        import hyperscan  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_auto_takes_hyperscan_once_a_long_stream_went_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its compilation costs 0.3-0.5 s of CPU: a short run or a diagnosis never pays it, a chatty server's log soon does."""
+    pytest.importorskip("hyperscan")
+    monkeypatch.setattr(secret_prefilter, "_hs_db", [])
+    monkeypatch.setattr(secret_prefilter, "_seen", [0])
+    monkeypatch.setattr(secret_prefilter, "HYPERSCAN_AFTER_BYTES", 1200)
+    used = []
+    real = secret_prefilter._lines_from_reports
+    monkeypatch.setattr(secret_prefilter, "_lines_from_reports", lambda *a: used.append(1) or real(*a))
+    data = b"x stop_token_ids=[] api_key=abc\nAuthorization: Bearer abcdefgh12345678\n" + b"plain line\n" * 40
+    first = secret_prefilter.flagged_lines(data)  # 513 bytes: the one pass
+    assert used == [] and [start for start, _ in first] == [0, 32]
+    second = secret_prefilter.flagged_lines(data)  # 1026: still
+    assert used == [] and second == first
+    third = secret_prefilter.flagged_lines(data)  # past 1200 bytes: hyperscan, the same lines
+    assert used == [1] and [start for start, _ in third] == [0, 32]
+    assert Redactor().log_bytes(data) == Redactor().text(data.decode()).encode()

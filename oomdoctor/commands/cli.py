@@ -167,7 +167,8 @@ def _summary_row(path: str, options: FleetOptions) -> dict:
     short_help="Snapshot the GPUs and their processes into a bundle.",
     help="Snapshot the GPUs (NVML, else nvidia-smi; never a CUDA context) and their processes into a bundle "
     "directory that `diagnose DIR` reads. Exit codes: 0 bundle with GPU evidence, 5 bundle written but GPU "
-    "evidence unavailable (no driver or GPU), 2 usage error (also: DIR is not empty; evidence is never overwritten), 1 internal error."
+    "evidence unavailable (no driver or GPU), 2 usage error (also: DIR is not empty, evidence is never overwritten; a --log that "
+    "is missing or no regular file: a FIFO, a device, a link to one), 1 internal error."
 )
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False), help="Bundle directory to write: new or empty (an earlier bundle is never overwritten).")
 @click.option("--log", "logs", multiple=True, type=click.Path(), help="Log to copy into the bundle (repeatable).")

@@ -43,6 +43,7 @@ def collect(
 
     No driver or GPU is not an error: the bundle is written with the reason, and UNAVAILABLE says so.
     """
+    _refuse_logs_not_files(logs)  # before anything is written: a refused --log leaves no half bundle
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -108,6 +109,18 @@ def _cuda_ordinals(env: dict[str, str], gpus: list[Any]) -> list[dict[str, Any]]
             certain = False
         out.append({"cuda_ordinal": ordinal, "entry": entry, "uuid": match.uuid if match else None, "pci_bus_id": match.pci_bus_id if match else None, "certain": bool(certain)})
     return out
+
+
+def _refuse_logs_not_files(logs: Sequence[str]) -> None:
+    """UsageError (exit 2) for a --log that is not a regular file: a FIFO, a device or a link to one (/dev/zero,
+    /dev/stdout) would block the copy or never end it, and a missing one has nothing to copy."""
+    from oomdoctor.input.files import named_file_problem
+
+    for log in logs:
+        problem = named_file_problem(log)
+        if problem is not None:
+            hint = "; collect copies regular files only (save the stream to a file first, or pipe it to `diagnose -`)" if problem.startswith("not a regular") else ""
+            raise UsageError(f"--log {log}: {problem}{hint}")
 
 
 def _refuse_used_directory(out: Path, out_dir: str) -> None:

@@ -38,7 +38,7 @@ def entries(paths: Sequence[str]) -> tuple[list[str], list[dict[str, Any]]]:
     and a link that leads out of its directory are never opened: each gets a ``skipped`` row with
     the reason. A PATH that is not there is kept, so its reason is listed with the others.
     """
-    from oomdoctor.input.files import entry_problem
+    from oomdoctor.input.files import entry_problem, named_file_problem
     from oomdoctor.input.kinds import is_bundle_dir
 
     out: list[str] = []
@@ -47,7 +47,7 @@ def entries(paths: Sequence[str]) -> tuple[list[str], list[dict[str, Any]]]:
         if not os.path.isdir(path):
             # A PATH given by name (a shell glob, incidents/*) is one incident unless it is a FIFO or a device,
             # whose read would block or never end; a missing PATH is kept, for its reason.
-            problem = entry_problem(path, os.path.realpath(path)) if os.path.lexists(path) else None
+            problem = named_file_problem(path) if os.path.lexists(path) else None
             if problem is not None and problem.startswith("not a regular file"):
                 skipped.append(skipped_row(path, problem))
             else:

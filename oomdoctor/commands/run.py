@@ -229,11 +229,11 @@ def _record(
         raise InputError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
     signals.started(child.pid)
     point_latest(root, out)
-    psutil_module = procinfo.load_psutil(psutil_module)  # after the start: importing psutil need not delay the server
     tee = LogTee(log, Redactor() if redact else None)  # closes the log
     sinks = (Passthrough(stdout, "stdout", lambda line: _say(stderr, line)), Passthrough(stderr, "stderr", lambda line: _say(stderr, line)))
     sampler = Sampler(nvml, max(interval_ms, 10) / 1000, keep_samples, clock) if nvml.start() else None
-    snapshot = Snapshot(nvml, psutil_module, clock, enabled=sampler is not None)
+    # After the start, and only with NVML: psutil describes the processes of the snapshot, which NVML alone takes.
+    snapshot = Snapshot(nvml, procinfo.load_psutil(psutil_module) if sampler is not None else None, clock, enabled=sampler is not None)
 
     started = clock()
     pumps = Pumps((cast(BinaryIO, child.stdout), cast(BinaryIO, child.stderr)), sinks, tee.put, snapshot.take_at_oom)

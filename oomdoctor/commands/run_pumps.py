@@ -34,9 +34,11 @@ PAUSE_S = 0.004
 PAUSE_MIN_S = 0.0005
 
 
-def _has_trigger(data: bytes) -> bool:
-    """Whether ``data`` holds one of TRIGGERS: one multi-literal pass (scan.py's backend for its size: hyperscan, RE2, find)."""
-    return bool(choose(TRIGGERS, len(data)).anchored_lines(data)) if len(data) > 4 * _OVERLAP else any(t in data for t in TRIGGERS)
+def _chunk_check() -> Callable[[bytes], bool]:
+    """Whether a chunk holds one of TRIGGERS: one multi-literal pass (scan.py's backend: hyperscan, RE2, find), chosen
+    once per recording (a pump checks hundreds of chunks a second); a few bytes by ``in``."""
+    large = choose(TRIGGERS, READ_BYTES).anchored_lines
+    return lambda data: bool(large(data)) if len(data) > 4 * _OVERLAP else any(t in data for t in TRIGGERS)
 
 
 class Passthrough:
@@ -124,6 +126,7 @@ class Pumps:
         self.threads: list[threading.Thread] = []
         self.last_read = time.monotonic()  # when a pump last got output
         self.stopped = False  # the recording ended: what a pump still reads only passes through
+        self.has_trigger = _chunk_check()
 
     def start(self) -> None:
         self.threads = [threading.Thread(target=self._pump, args=(stream,), daemon=True, name=f"oomdoctor-pump-{stream}") for stream in (0, 1)]
@@ -158,7 +161,7 @@ class Pumps:
         if self.stopped:
             return
         tail = self.tails[stream]
-        if not self.oom_seen.is_set() and (_has_trigger(tail + chunk[:_OVERLAP]) or _has_trigger(chunk)):
+        if not self.oom_seen.is_set() and (any(t in tail + chunk[:_OVERLAP] for t in TRIGGERS) or self.has_trigger(chunk)):
             self.oom_seen.set()
             self.on_oom()
         self.tails[stream] = chunk[-_OVERLAP:] if len(chunk) >= _OVERLAP else (tail + chunk)[-_OVERLAP:]

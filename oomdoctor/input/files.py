@@ -226,6 +226,13 @@ def entry_problem(path: str, real_root: str, dirs: bool = False) -> str | None:
     return f"not a regular file ({_file_type(mode)})"
 
 
+def named_file_problem(path: str) -> str | None:
+    """Why a file given by name (a command's argument, not a directory's entry) cannot be copied or read to its end
+    as a file; None for a regular file, or a link to one. A FIFO, a device or a link to one (/dev/zero, /dev/stdout)
+    would block the read or never end it; a directory is no file."""
+    return entry_problem(path, os.path.realpath(path))
+
+
 def _walk_logs(root: str) -> tuple[list[str], list[InputStats]]:
     """The log files under ``root`` in reading order, and an entry for each file left out."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, cast
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     # Only annotations name it.
     class _Prefilter(Protocol):
         def finditer(self, text: bytes) -> Iterator[Any]: ...
-        def search(self, text: bytes) -> Any: ...
+        def search(self, text: bytes, pos: int = 0, endpos: int = ...) -> Any: ...
         def match(self, text: bytes, pos: int = 0) -> Any: ...
 
 
@@ -70,8 +71,9 @@ def _separator() -> bytes:
     return rb"""['"]?""" + _byte_alternatives(_WS_CHARS) + rb"*[:=]"
 
 
+@functools.lru_cache(maxsize=1)
 def _pieces() -> tuple[tuple[str, bytes], ...]:
-    """Each rule's piece, named as the rule in secret_rules._RULES it stands for (the kv fast path below relies on the names)."""
+    """Each rule's piece, named as the rule in secret_rules._RULES it stands for (the kv fast path below relies on the names); built once."""
     ws = _byte_alternatives(_WS_CHARS)
     # `[a-z0-9]` under re.IGNORECASE (the header rule's x-...- parts).
     ci_alnum = _byte_alternatives("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789" + "".join(_FOLDS.values()))
@@ -164,30 +166,195 @@ def secret_line_starts(data: bytes, engine: str = "auto") -> list[int]:
 
 
 _ALNUM = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+# Bytes a key the kv rule reads can start with: the piece's leading byte is never one of them, so a kv match that
+# starts on one matched at the line's start (`^`), its key included (npm's `_authToken=` first on a line).
+_KEY_START = _ALNUM | frozenset(b"_")
 # A kv match with its key: (where the key starts, where the match ends), in bytes from the line's start.
 KeyHits = list[tuple[int, int]]
 
+# --- keys the kv rule keeps -----------------------------------------------------------------------
+# A busy server's request log names token ids on every request (vLLM's `stop_token_ids=[]` and
+# `prompt_token_ids: [...]`, SGLang's `'stop_token_ids': None`), and the kv rule keeps every value of
+# such a key (secret_rules.keeps_key: ids and counts are no secret). A line whose kv matches all name
+# such keys, and that no other piece matches, cannot change: it is not flagged, so a request log costs
+# the one pass over its bytes and no per-line work (issue 24: 55x the server's time under `run` when
+# each such line went through the rules). The key of a match is read back from its separator: the
+# rule's key is the whole run of key characters before it (its look-behind refuses a start inside the
+# run), after an optional quote and ASCII spaces; a non-ASCII byte there (a Unicode space) or a key
+# longer than _KEY_BACK leaves the match flagged.
+_KEY_BACK = 256
+_BACK = re.compile(rb"""[\t\x0b\x0c\r\x1c-\x1f ]*['"]?([A-Za-z0-9_.\-]*)""")
+_KEPT_MAX = 4096
+_kept: dict[bytes, bool] = {}
+
+
+# A request log repeats the text before its keys (vLLM's `..., stop=[], stop_token_ids=`): the bytes just before a
+# separator, when the key and what ends it lie within them, say the key without reading back again.
+_MEMO_BEFORE = 40
+_before_memo: dict[bytes, tuple[int, bytes]] = {}
+
+
+def _key_before(data: bytes, sep_end: int) -> tuple[int, bytes] | None:
+    """(where it starts, the key) of the kv match ending at ``sep_end`` (just after its ':' or '='); None when unsure."""
+    near = data[max(0, sep_end - 1 - _MEMO_BEFORE) : sep_end - 1]
+    known = _before_memo.get(near)
+    if known is not None:
+        return sep_end - 1 - known[0], known[1]
+    low = max(0, sep_end - 1 - _KEY_BACK)
+    m = _BACK.match(data[low : sep_end - 1][::-1])
+    if m is None or not m.group(1) or (m.end() == sep_end - 1 - low and low > 0):
+        return None
+    key = m.group(1)[::-1]
+    if m.end() < len(near):  # the byte before the key is among `near`: they alone decide it
+        if len(_before_memo) >= _KEPT_MAX:
+            _before_memo.clear()
+        _before_memo[near] = (m.end(), key)
+    return sep_end - 1 - m.end(), key
+
+
+def _keeps(data: bytes, sep_end: int) -> bool:
+    """Whether the kv rule keeps whatever follows the key of the match ending at ``sep_end``."""
+    found = _key_before(data, sep_end)
+    return found is not None and _keeps_key(found[1])
+
+
+def _keeps_key(key: bytes) -> bool:
+    """secret_rules.keeps_key on a key read back from bytes, asked once per distinct key."""
+    kept = _kept.get(key)
+    if kept is None:
+        if len(_kept) >= _KEPT_MAX:
+            _kept.clear()
+        kept = _kept[key] = secret_rules.keeps_key(key.decode("ascii"))
+    return kept
+
 
 def flagged_lines(data: bytes, engine: str = "auto") -> list[tuple[int, KeyHits | None]]:
-    """The lines of ``data`` the prefilter flags: (offset, the kv piece's matches on it, or None when another piece matched there)."""
+    """The lines of ``data`` the prefilter flags: (offset, the kv piece's matches on it, or None when another piece matched there).
+
+    A line whose kv matches all name keys the rule keeps (and no other piece matched) is not flagged. With hyperscan
+    ("hyperscan", or "auto" once HYPERSCAN_AFTER_BYTES went through, where it is installed) every match of every piece
+    is reported; with RE2 or re the one leftmost pass can hide a piece inside a kv match, so such a line is searched for
+    the other pieces again."""
+    if engine == "hyperscan" or (engine == "auto" and _long_stream(len(data))):
+        db = _hyperscan(engine == "hyperscan")
+        if db is not None:
+            return _lines_from_reports(data, db.reports(data), db.kv_id)
+    return _lines_from_one_pass(data, engine)
+
+
+# Hyperscan's compilation (0.3-0.5 s of CPU) pays for itself after ~200 MB of log (1.5-2.5 ms/MB less than RE2):
+# "auto" takes RE2's one pass until this much has gone through the prefilter in this process, then hyperscan.
+# A `run` around a chatty server switches within minutes; a short one, or a diagnosis, never pays the compilation.
+HYPERSCAN_AFTER_BYTES = 256 << 20
+_seen = [0]
+_hs_db: list[Any] = []
+
+
+def _long_stream(size: int) -> bool:
+    """Whether "auto" uses hyperscan now (counts ``size`` bytes as seen)."""
+    if _hs_db:
+        return _hs_db[0] is not None
+    _seen[0] += size
+    return _seen[0] >= HYPERSCAN_AFTER_BYTES
+
+
+def _hyperscan(required: bool) -> Any:
+    """The pieces as one hyperscan database (prefilter_hyperscan), None where hyperscan is not installed."""
+    if not _hs_db or (required and _hs_db[0] is None):
+        from oomdoctor.input import prefilter_hyperscan
+
+        _hs_db[:] = [prefilter_hyperscan.database(_pieces(), required=required)]
+    return _hs_db[0]
+
+
+def _lines_from_reports(data: bytes, reports: list[tuple[int, int]], kv_id: int) -> list[tuple[int, KeyHits | None]]:
+    """flagged_lines from every match's (end, piece id), in order of their ends (hyperscan's reports)."""
     lines: list[tuple[int, KeyHits | None]] = []
     rfind = data.rfind
     start = -1
     hits: KeyHits | None = None
+    changing = False  # the current line has a match that can change it
+    for to, piece in reports:
+        line = rfind(b"\n", 0, to) + 1  # no piece matches a newline: the match is on the line its end is on
+        if line != start:
+            if changing:
+                lines.append((start, hits))
+            start, hits, changing = line, [], False
+        if piece != kv_id:
+            hits, changing = None, True
+            continue
+        found = _key_before(data, to)
+        if found is None:  # a key not read back: every rule reads the line
+            hits, changing = None, True
+            continue
+        if hits is not None:
+            hits.append((found[0] - start, to - start))
+        changing = changing or not _keeps_key(found[1])
+    if changing:
+        lines.append((start, hits))
+    return lines
+
+
+def _lines_from_one_pass(data: bytes, engine: str) -> list[tuple[int, KeyHits | None]]:
+    """flagged_lines from the prefilter's one leftmost pass (RE2 or re)."""
+    lines: list[tuple[int, KeyHits | None]] = []
+    rfind = data.rfind
+    start = -1
+    hits: KeyHits | None = None
+    changing = False
+    keys = _keys(engine)
+
+    def close() -> None:
+        # Only kept keys, as the pass saw them: another piece hidden inside one of those matches still sends the line to every rule.
+        if changing:
+            lines.append((start, hits))
+        elif start >= 0:
+            end = data.find(b"\n", start) + 1 or len(data)
+            if _others(engine).search(data, start, end) is not None:
+                lines.append((start, None))
+
     for m in prefilter(engine).finditer(data):
         at = m.start()
         line = rfind(b"\n", 0, at) + 1
         if line != start:
-            start, hits = line, []
-            lines.append((start, hits))
-        if hits is None:
-            continue
+            close()
+            start, hits, changing = line, [], False
         if m.start(1) < 0:  # another piece
-            hits = None
-            lines[-1] = (start, None)
-        else:  # the kv piece: its key starts after the byte before it, or at the line's start (`^`)
-            hits.append((at - start + (data[at] not in _ALNUM), m.end() - start))
+            hits, changing = None, True
+            continue
+        if hits is not None:  # the kv piece: its key starts after the byte before it, or at the line's start (`^`)
+            hits.append((at - start + (data[at] not in _KEY_START), m.end() - start))
+        end = m.end()
+        changing = changing or not _keeps(data, end)
+        # Keys right after this match's separator are hidden from the pass (it took their leading byte): each must be kept too.
+        while not changing and data[end : end + 1] and data[end] in _KEY_START:
+            hidden = keys.match(data, end)
+            if hidden is None:
+                break
+            end = hidden.end()
+            changing = not _keeps(data, end)
+    close()
     return lines
+
+
+_others_compiled: dict[str, _Prefilter] = {}
+
+
+def _others(engine: str) -> _Prefilter:
+    """Every piece but kv's, as one regex."""
+    if engine not in _others_compiled:
+        _others_compiled[engine] = _compile(_alternation(tuple((name, piece) for name, piece in _pieces() if name != "kv")), engine)
+    return _others_compiled[engine]
+
+
+_keys_compiled: dict[str, _Prefilter] = {}
+
+
+def _keys(engine: str) -> _Prefilter:
+    """KEY_WORD and the separator: a key the kv rule could match, without the piece's leading byte."""
+    if engine not in _keys_compiled:
+        _keys_compiled[engine] = _compile(KEY_WORD.encode() + _separator(), engine)
+    return _keys_compiled[engine]
 
 
 # --- the kv fast path ------------------------------------------------------------------------------
@@ -282,7 +449,7 @@ def _key_starts(raw: bytes, keys: _Prefilter, hits: KeyHits | None) -> list[int]
     starts = []
     for key, end in hits:
         starts.append(key)
-        while raw[end : end + 1] and raw[end] in _ALNUM:
+        while raw[end : end + 1] and raw[end] in _KEY_START:
             m = keys.match(raw, end)
             if m is None:
                 break

@@ -129,12 +129,19 @@ def _names_metadata(key: str) -> bool:
     return 0 <= secret_at < len(words) - 1 and words[-1] in METADATA_WORDS
 
 
+def keeps_key(key: str) -> bool:
+    """Whether the kv rule keeps every value of ``key`` as it is: the key names token counts, the tokenizer, or something
+    about a secret (its ids, count, length, name: ``stop_token_ids``, ``eos_token_id``). The in-flight prefilter asks
+    this too, so that a request log's ``prompt_token_ids: [...]`` is no line to redact (secret_prefilter)."""
+    lowered = key.rsplit(".", 1)[-1].lower()
+    return lowered.endswith(("tokens", "tokenizer")) or "tokenizer" in lowered or _names_metadata(key)
+
+
 def _kv_replacement(m: re.Match[str]) -> str:
     quote, key, sep, value = m.group(1), m.group(2), m.group(3), m.group(4)
-    lowered = key.rsplit(".", 1)[-1].lower()
-    if lowered.endswith(("tokens", "tokenizer")) or "tokenizer" in lowered or value in ("None", "null", "''", '""', "[]", "False", "True"):
+    if value in ("None", "null", "''", '""', "[]", "False", "True") or keeps_key(key):
         return m.group(0)
-    if value.startswith(REDACTED) or _names_metadata(key):  # an earlier rule's work (AccountKey=), or a count or id
+    if value.startswith(REDACTED):  # an earlier rule's work (AccountKey=)
         return m.group(0)
     if value.startswith("["):
         items = [v for v in re.compile(r",\s*").split(value[1:-1]) if v.strip()]
