@@ -14,6 +14,7 @@ import pytest
 
 from oomdoctor.input import secret_prefilter
 from oomdoctor.input.redact import Redactor
+from oomdoctor.input.secret_rules import redact_secrets
 
 from conftest import FIXTURES
 
@@ -104,3 +105,18 @@ def test_no_new_form_reaches_any_output(run_cli, tmp_path: Path) -> None:
     leaks = {where: [s for s in NEW_FORMS if s in text] for where, text in outputs.items()}
     assert {where: found for where, found in leaks.items() if found} == {}
     assert "EndpointSuffix=core.windows.net" in outputs["bundle:inputs/server.log"]
+
+
+@pytest.mark.parametrize(
+    ("line", "want"),
+    [
+        ("stop_token_ids=x_token=s3cr3t0123", "stop_token_ids=x_token=<redacted>"),
+        ("eos_token_id=api_key=s3cr3t0123", "eos_token_id=api_key=<redacted>"),
+        ("stop_token_ids=_authToken=s3cr3t0123 token=abc", "stop_token_ids=_authToken=<redacted> token=<redacted>"),
+        ("stop_token_ids=[2, 3] max_tokens=100", "stop_token_ids=[2, 3] max_tokens=100"),
+    ],
+)
+def test_a_kept_key_s_bare_value_does_not_swallow_the_pair_after_it(line: str, want: str) -> None:
+    """A kept key (token ids) keeps its value, and a secret pair that its bare value ran into is still redacted
+    (before, `stop_token_ids=x_token=SECRET` came out unchanged)."""
+    assert redact_secrets(line) == want

@@ -139,8 +139,12 @@ def keeps_key(key: str) -> bool:
 
 def _kv_replacement(m: re.Match[str]) -> str:
     quote, key, sep, value = m.group(1), m.group(2), m.group(3), m.group(4)
-    if value in ("None", "null", "''", '""', "[]", "False", "True") or keeps_key(key):
+    if value in ("None", "null", "''", '""', "[]", "False", "True"):
         return m.group(0)
+    if keeps_key(key):
+        # The value is kept, but a bare value runs to the next space and may swallow a pair of its
+        # own (`stop_token_ids=x_token=SECRET`): what it holds is redacted as text on its own.
+        return f"{quote}{key}{quote}{sep}{redact_secrets(value)}"
     if value.startswith(REDACTED):  # an earlier rule's work (AccountKey=)
         return m.group(0)
     if value.startswith("["):
