@@ -7,6 +7,7 @@ mid-word or re-wrapped by hand, and continuation lines are joined without a sepa
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import deque
 from typing import TYPE_CHECKING
@@ -225,6 +226,13 @@ def classify_frames(frames: tuple[tuple[str, str], ...]) -> tuple[str, str | Non
 
 def parse_oom_message(text: str) -> dict:
     """Numbers of one (joined) allocator OOM message; absent clauses are simply missing keys."""
+    return dict(_parsed_oom_message(text))
+
+
+# A server whose every request fails prints the same message thousands of times (300,000 lines took
+# minutes): each distinct text is parsed once. Its values are ints, strings and tuples; callers get a copy.
+@functools.lru_cache(maxsize=256)
+def _parsed_oom_message(text: str) -> dict:
     values: dict = {}
     bad: list[str] = []
 
