@@ -5,7 +5,7 @@
 For each engine: the releases it was built from, the memory messages (by level, by phase and by the
 class they imply), the phase map's modules and the functions it lists with their own phase (by phase
 and by how it was found), then messages and covered functions for each selected release, and what the
-recognizer handles: the failure messages of recognizer.json (raised or logged as errors, with a class),
+recognizer handles: the failure messages of recognizer.json (raised or logged as errors, with a class) and its notices,
 how many of them report a memory failure (OOM evidence), and how many of them the parser recognises
 when rendered with sample values (each is tried through parsers/engine_messages.recognise).
 """
@@ -75,11 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         print("  per release: memory messages / functions in the phase map")
         for rel in info["releases"]:
             print(f"    {rel['version']:>14}  {per_msg[rel['version']]:6d} / {rel['phase_map_functions']:6d}")
-        failures = [e for e in table if e["engine"] == engine]
-        handled = [e for e in failures if (found := recognise(_PH.sub(lambda m: _SAMPLE[m.group(1)], e["template"]))) and found[0].klass == e["class"]]
+        ours = [e for e in table if e["engine"] == engine]
+        failures = [e for e in ours if not e.get("notice")]
+        notices = [e for e in ours if e.get("notice")]
+        handled = [e for e in ours if (found := recognise(_PH.sub(lambda m: _SAMPLE[m.group(1)], e["template"]))) and found[0].klass == e["class"]]
         print(
             f"  recognizer: {len(failures)} failure messages, {sum(e['memory_failure'] for e in failures)} of them memory failures; "
-            f"recognised with their class: {len(handled)}/{len(failures)}"
+            f"{len(notices)} notices (progress bars, retractions, preemptions); recognised with their class: {len(handled)}/{len(ours)}"
         )
     for note in sources.get("notes", []):
         print(f"note: {note}")

@@ -18,7 +18,9 @@ from conftest import REPO
 DATA = REPO / "oomdoctor" / "data" / "knowledge"
 PHASES = {"weight_loading", "kv_pool", "profiling", "graph_capture", "encoder", "prefill_decode", "sampling", "scheduler", "startup", "unknown"}
 CLASSES = {"startup_kv", "weights_dont_fit", "cuda_graph", "runtime_activation", "encoder_starvation", "kv_exhaustion", "host_oom", "unknown_oom", "none"}
-LEVELS = {"debug", "info", "warning", "error", "raise"}
+LEVELS = {"debug", "info", "warning", "error", "raise", "progress"}
+# A C/C++ source of an sdist (vLLM's csrc/cumem_allocator.cpp, torch_memory_saver's csrc/utils.h): named by its path.
+C_SOURCE = re.compile(r"^csrc/[\w./-]+\.(?:cpp|cc|cu|h|hpp)$")
 HOWS = {"root", "calls", "name", "module"}
 PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*):(int|float|str)\}")
 
@@ -82,7 +84,7 @@ def test_every_message_names_a_release_and_a_module(messages: list, sources: dic
         _check_releases(m["releases"], known)
         assert m["sites"]
         for site in m["sites"]:
-            assert site["module"].split(".")[0] == sources["engines"][m["engine"]]["package"], site
+            assert site["module"].split(".")[0] == sources["engines"][m["engine"]]["package"] or C_SOURCE.match(site["module"]), site
             assert site["function"] and site["level"] in LEVELS, site
             _check_releases(site.get("releases", m["releases"]), known)
 
@@ -165,3 +167,14 @@ class ModelRunner:
         ("avail mem={avail:float} GB, {num_blocks:int} blocks for {name:str}", "warning", "ModelRunner.init_memory_pool", ""),
         ("Not enough memory. Please try to increase --mem-fraction-static. {detail:str}", "raise", "ModelRunner.init_memory_pool", "RuntimeError"),
     ]
+
+
+def test_reviewed_library_texts_name_their_source(sources: dict, messages: list) -> None:
+    """Ray's and the driver's texts come from tools/knowledge/libraries.toml, each engine with where it was read."""
+    with (REPO / "tools" / "knowledge" / "libraries.toml").open("rb") as f:
+        table = tomllib.load(f)
+    for engine in table["engine"]:
+        assert sources["engines"][engine["name"]]["source"] == engine["source"]
+    reviewed = {(m["engine"], m["template"]) for m in table["message"]}
+    assert reviewed <= {(m["engine"], m["template"]) for m in messages}
+    assert all(m.get("override") for m in messages if (m["engine"], m["template"]) in reviewed)

@@ -222,7 +222,7 @@ class Reading:
     - ``worth(line)``: whether a line after an anchored line (it holds no anchor) may say something by
       itself (a phase's words, a parser's text that needs no anchor); only those are read otherwise;
     - ``repeating``: anchors whose lines repeat for as long as a server runs (a retraction, a
-      preemption). A line holding one of them and no other anchor is read while fewer than ``keep_first``
+      preemption). A line holding only such anchors is read while fewer than ``keep_first``
       of its anchor were, and the last ``keep_last`` of them before each failure line (one whose first
       anchor is a before-anchor) and at the end of the input (``replayed``: after the lines that follow
       them); the others are only counted (``dropped``), and their following lines are not read.
@@ -240,6 +240,7 @@ class Reading:
         self.busy = busy
         self.worth = worth
         self.single = {1 << anchors.index(a): anchors.index(a) for a in repeating if a in anchors}
+        self.repeat_mask = sum(self.single)
         self.keep_first = keep_first
         self.keep_last = keep_last
         self.seen: dict[int, int] = {}
@@ -251,12 +252,17 @@ class Reading:
         self.unread: deque[bytes] = deque(maxlen=UNREAD_KEPT)
 
     def repeat_of(self, first: int, mask: int, physical: bytes) -> int | None:
-        """The repeating anchor a line holds alone, or None."""
+        """The repeating anchor of a line that holds repeating anchors only (the first of them), or None.
+
+        A retraction line holds the SGLang parser's literal and the catalogue's for the same message:
+        both repeat, so the line does."""
         if mask == ALL:
             if first not in self.single.values():
                 return None
             mask = sum(1 << i for i, a in enumerate(self.anchors) if a in physical)
-        return self.single.get(mask)
+        if not mask or mask & ~self.repeat_mask:
+            return None
+        return self.single.get(mask & -mask)
 
     def hold(self, anchor: int, lineno: int, physical: bytes) -> bool:
         """Count one line of a repeating anchor; True when it is held (not read now)."""

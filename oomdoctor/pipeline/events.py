@@ -54,6 +54,7 @@ _REPEATING = {
     rc.KIND_RECORD,
     rc.KIND_CUT,
     rc.KIND_CONTEXT,
+    em.KIND_ENGINE_NOTICE,
 }
 # Of a compacted run's start line only the values an old incident's class can hang on are kept.
 _SLIM_KEEP = frozenset({"mem_fraction_static", "tp_size", "gpu_memory_utilization", "version", "v1"})
@@ -211,6 +212,9 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
     catalogue = em.EngineMessageParser()
     routes = tuple(_Route(p) for p in parsers)
     repeating: dict[bytes, str] = {a: kind for p in parsers for a, kind in getattr(p, "REPEATING", ())}
+    # The catalogue's notices repeat too (a retraction, a preemption, a progress bar's redraw); a literal a
+    # dedicated parser already counts keeps that parser's kind.
+    repeating.update({a: em.KIND_ENGINE_NOTICE for a in em.notice_anchors() if a not in repeating})
     reading = Reading(
         ANCHORS, lambda: any(getattr(p, "pending", True) for p in parsers), _context_worth(parsers), repeating, _KEEP_FIRST, _KEEP_LAST
     )

@@ -29,7 +29,7 @@ COVERED = re.compile(
 _SGLANG_ROOTS = (
     ("graph_capture", r"\w*(Cuda|Device)?GraphRunner\.(capture|__init__)|ModelRunner\.(init_cuda_graphs|init_device_graphs)"),
     ("profiling", r"ModelRunner\.profile_max_num_token"),
-    ("kv_pool", r"ModelRunner\.init_memory_pool"),
+    ("kv_pool", r"ModelRunner\.(init_memory_pool|alloc_memory_pool)"),  # alloc_ from 0.5.2x
     ("weight_loading", r"ModelRunner\.(load_model|update_weights_from_disk)"),
     ("encoder", r"embed_mm_inputs|general_mm_embed_routine|\w+\.get_image_feature"),
     ("sampling", r"Sampler\.forward|ModelRunner\.sample"),

@@ -30,6 +30,7 @@ import classify  # noqa: E402
 import recognizer  # noqa: E402
 import releases  # noqa: E402
 import scan  # noqa: E402
+import scan_more  # noqa: E402
 
 from oomdoctor.base.toml_data import tomllib  # noqa: E402  (tomli on Python 3.10)
 
@@ -71,6 +72,24 @@ def scan_release(archive: Path, package: str, cache: Path) -> dict:
     return data
 
 
+def _more_key() -> str:
+    """Hash of the second pass's source (and the walk it reuses)."""
+    return hashlib.sha256((HERE / "scan_more.py").read_bytes() + (HERE / "scan.py").read_bytes()).hexdigest()[:12]
+
+
+def scan_release_more(archive: Path, name: str, package: str, cache: Path) -> list[dict]:
+    """What the main walk does not read (progress descriptions, C/C++ error texts), from the cache when it is there."""
+    target = cache / "scan-more" / f"{archive.name}.{_more_key()}.json"
+    if target.exists():
+        return json.loads(target.read_text())
+    modules = scan_more.scan_archive(archive, name, package)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(modules, separators=(",", ":")))
+    tmp.replace(target)
+    return modules
+
+
 def compact(versions: set[str], order: list[str]) -> list[str]:
     """Versions as runs over the engine's selected releases: "0.4.0..0.5.1" covers every selected
     release from 0.4.0 to 0.5.1 (a consecutive run of the list in sources.json), "0.3.0" one release."""
@@ -92,6 +111,31 @@ def load_overrides() -> list[dict]:
         return tomllib.load(f).get("message", [])
 
 
+def load_libraries() -> tuple[dict[str, dict], list[dict]]:
+    """The reviewed table of texts no package the extractor reads holds (libraries.toml): sources and messages."""
+    with (HERE / "libraries.toml").open("rb") as f:
+        data = tomllib.load(f)
+    engines = {
+        e["name"]: {"package": e["package"], "releases": [{"version": e["release"], "file": "libraries.toml", "modules": 0, "unparsed_files": 0, "phase_map_functions": 0}], "source": e["source"]}
+        for e in data.get("engine", [])
+    }
+    messages = []
+    for m in data.get("message", []):
+        release = engines[m["engine"]]["releases"][0]["version"]
+        messages.append(
+            {
+                "engine": m["engine"],
+                "template": m["template"],
+                "phase": m["phase"],
+                "class": m["class"],
+                "releases": [release],
+                "sites": [{"module": m["module"], "function": m["function"], "level": m["level"]}],
+                "override": m["why"],
+            }
+        )
+    return engines, messages
+
+
 def _override(entry: dict, overrides: list[dict]) -> None:
     for o in overrides:
         if o["engine"] != entry["engine"]:
@@ -107,7 +151,7 @@ def build_messages(engine: str, order: list[str], scans: dict[str, dict], overri
     # (template) -> (module, function, level, exception) -> releases
     sites: dict[str, dict[tuple[str, str, str, str], set[str]]] = defaultdict(lambda: defaultdict(set))
     for version, data in scans.items():
-        for mod in data["modules"]:
+        for mod in data["modules"] + data.get("more", []):
             for template, level, function, exception in mod["messages"]:
                 if classify.is_memory(template, function):
                     sites[template][(mod["path"], function, level, exception)].add(version)
@@ -222,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         scans: dict[str, dict] = {}
         with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
             futs = {v: pool.submit(scan_release, p, engine.package, args.cache) for v, p in archives.items()}
+            more = {v: pool.submit(scan_release_more, p, engine.name, engine.package, args.cache) for v, p in archives.items()}
             for version, fut in futs.items():
-                scans[version] = fut.result()
+                scans[version] = {**fut.result(), "more": more[version].result()}
                 print(f"  {engine.name} {version}: {len(scans[version]['modules'])} modules", file=sys.stderr)
         order = [v for v in chosen if v in scans]
         functions[engine.name], covered = build_functions(engine.name, order, scans)
@@ -242,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         }
         messages.extend(build_messages(engine.name, order, scans, overrides))
 
+    if not args.engines:
+        reviewed_sources, reviewed = load_libraries()
+        sources.update(reviewed_sources)
+        messages.extend(reviewed)
     messages.sort(key=lambda m: (m["engine"], m["template"]))  # engines were read in ENGINES order
     args.out.mkdir(parents=True, exist_ok=True)
     # The command that reproduces these files, so a reader knows whether this is the full set.

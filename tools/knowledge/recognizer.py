@@ -6,7 +6,7 @@ extract.py runs it after writing messages.json; tests/test_data_knowledge.py che
 what this writes from the committed catalogue. An entry is a message the engines raise or log as an
 error (not progress or warnings), whose class the catalogue gives (not ``none``): what an engine says
 when something failed. ``anchor`` is a literal piece of the template, the scanner's literal for
-it (the first long literal piece); ``memory_failure`` says the text itself reports a memory failure (an OOM, not enough memory, a
+it (the first long literal piece); ``notice`` marks the progress descriptions and the pressure warnings (NOTICE_LEVELS); ``memory_failure`` says the text itself reports a memory failure (an OOM, not enough memory, a
 full pool, a failed allocation), as opposed to a configuration check the catalogue keeps because it
 names memory: only a memory failure counts as evidence of an OOM.
 """
@@ -21,6 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 DATA = ROOT / "oomdoctor" / "data" / "knowledge"
 FAILURE_LEVELS = {"raise", "error", "exception", "critical"}
+# Lines the engines print while they run that say what they were doing (a progress bar's description)
+# or that memory ran short without failing (a retraction, a preemption): ``notice`` entries, counted as
+# a repeating kind by the parser, never evidence of an OOM by themselves.
+NOTICE_LEVELS = {"warning", "info", "progress"}
 PLACEHOLDER = re.compile(r"\{[a-z_][a-z0-9_]*:(?:int|float|str)\}")
 # What a memory failure says in words (not a configuration rule that mentions memory).
 MEMORY_FAILURE = re.compile(
@@ -28,7 +32,7 @@ MEMORY_FAILURE = re.compile(
     r"no (?:free blocks|available memory|space left)|cannot get \S+ free blocks|is full!|exhausted|"
     r"failed to allocate|allocation failed|cannot allocate|memory exceeds|exceeds? (?:its |the )?(?:\w+ )?(?:memory|budget)|"
     r"less than (?:desired|the engine's budget)|larger than the (?:available|maximum)|does not fit|cannot fit|no room for|too small to serve|"
-    r"cannot get .{0,12}free blocks"
+    r"cannot get .{0,12}free blocks|running low on memory"
 )
 # The shortest literal the scanner is given: shorter pieces ("Failed to ") would anchor unrelated lines.
 MIN_ANCHOR = 12
@@ -48,11 +52,17 @@ def releases_span(releases: list[str]) -> str:
     return first if first == last else f"{first}..{last}"
 
 
+def _reviewed_failure(m: dict) -> bool:
+    return "override" in m and m["class"] not in ("none",)
+
+
 def build(messages: list[dict]) -> list[dict]:
     out = []
     for m in messages:
         levels = {s["level"] for s in m["sites"]}
-        if m["class"] == "none" or not levels & FAILURE_LEVELS:
+        failure = m["class"] != "none" and bool(levels & FAILURE_LEVELS)
+        notice = not failure and bool(levels & NOTICE_LEVELS) and ("progress" in levels or m["class"] == "kv_exhaustion")
+        if not failure and not notice:
             continue
         literal = anchor(m["template"])
         if len(literal) < MIN_ANCHOR:
@@ -65,7 +75,10 @@ def build(messages: list[dict]) -> list[dict]:
                 "anchor": literal,
                 "phase": m["phase"],
                 "class": m["class"],
-                "memory_failure": bool(MEMORY_FAILURE.search(PLACEHOLDER.sub(" ", m["template"]))),
+                # A reviewed entry (overrides.toml, libraries.toml) that gives a class vouches for it as a
+                # failure even where its words do not say so (torch_memory_saver's "CUresult error result=2").
+                "memory_failure": failure and (bool(MEMORY_FAILURE.search(PLACEHOLDER.sub(" ", m["template"]))) or _reviewed_failure(m)),
+                **({"notice": True} if notice else {}),
                 "site": f"{site['module']}.{site['function']}",
                 "releases": releases_span(m["releases"]),
             }

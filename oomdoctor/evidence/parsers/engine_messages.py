@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 KIND_ENGINE_MESSAGE = "engine_message"
+# A catalogue line that is not a failure: a progress bar's description, a retraction or preemption
+# warning. It repeats for as long as the server runs, so it is a repeating kind (pipeline/events.py).
+KIND_ENGINE_NOTICE = "engine_notice"
 
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*):(int|float|str)\}")
 _VALUE = {"int": r"-?\d[\d,]*", "float": r"-?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", "str": r".*?"}
@@ -42,6 +45,7 @@ class Entry(NamedTuple):
     memory_failure: bool
     site: str
     releases: str
+    notice: bool = False
 
 
 def template_pattern(template: str) -> str:
@@ -72,7 +76,8 @@ def table() -> _Table:
     with open(os.path.join(DATA_DIR, "knowledge", "recognizer.json"), encoding="utf-8") as fh:
         raw = json.load(fh)
     entries = tuple(
-        Entry(e["engine"], e["template"], e["anchor"], e["phase"], e["class"], e["memory_failure"], e["site"], e["releases"]) for e in raw
+        Entry(e["engine"], e["template"], e["anchor"], e["phase"], e["class"], e["memory_failure"], e["site"], e["releases"], e.get("notice", False))
+        for e in raw
     )
     by_word: dict[str, list[int]] = {}
     for i, e in enumerate(entries):
@@ -90,13 +95,25 @@ def anchors() -> tuple[bytes, ...]:
     return tuple(dict.fromkeys(e.anchor.encode() for e in table().entries))
 
 
+def notice_anchors() -> tuple[bytes, ...]:
+    """The literals of the notices: lines holding only such literals repeat and are counted by the scanner."""
+    return tuple(dict.fromkeys(e.anchor.encode() for e in table().entries if e.notice))
+
+
 def _values(entry: Entry, m: re.Match[str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for i, ph in enumerate(_PLACEHOLDER.finditer(entry.template)):
         text = m.group(f"v{i}")
         name, kind = ph.group(1), ph.group(2)
-        if name in values or text is None:
+        if text is None:
             continue
+        if name in values:
+            # The same expression name twice ("Initial free memory {gib} GiB, current free memory {gib} GiB"):
+            # the second value is kept too, as name_2, name_3 ...
+            n = 2
+            while f"{name}_{n}" in values:
+                n += 1
+            name = f"{name}_{n}"
         if kind == "str":
             values[name] = text.strip()
             continue
@@ -144,7 +161,7 @@ class EngineMessageParser:
         entry, values, matched = found
         return [
             Event(
-                KIND_ENGINE_MESSAGE,
+                KIND_ENGINE_NOTICE if entry.notice else KIND_ENGINE_MESSAGE,
                 (line.ref,),
                 {
                     "engine": entry.engine,
