@@ -1,4 +1,8 @@
-"""Machine state a user pasted beside the log: nvidia-smi output, environment reports, kubectl's pod view.
+"""Machine state a user pasted beside the log: nvidia-smi output (the table, its CSV queries, ``-q``
+text), gpustat --json, the engines' own metrics, environment reports, kubectl's pod view.
+
+nvitop has no dump format: its ``-1`` / ``--once`` (nvitop/cli.py, "Report query data only once")
+prints the same live view for a terminal, with box-drawing characters and its own columns, and is not read.
 
 Their anchors are known up front (the scanner needs them), their parsers are imported the first
 time a line holds one of their literals: most logs hold neither, and start-up is part of a small
@@ -11,10 +15,10 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from oomdoctor.base.evidence import Event, Line
-    from oomdoctor.evidence.parsers.environment import EnvironmentParser
-    from oomdoctor.evidence.parsers.host import HostParser
     from oomdoctor.evidence.parsers.engine_metrics import EngineMetricsParser
+    from oomdoctor.evidence.parsers.environment import EnvironmentParser
     from oomdoctor.evidence.parsers.gpustat import GpustatParser
+    from oomdoctor.evidence.parsers.host import HostParser
     from oomdoctor.evidence.parsers.nvidia_smi import NvidiaSmiParser
     from oomdoctor.evidence.parsers.smi_query import SmiQueryParser
 
