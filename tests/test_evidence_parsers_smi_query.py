@@ -46,7 +46,7 @@ def test_query_gives_each_gpus_framebuffer_and_processes() -> None:
     procs = sorted((e.get("gpu"), e.get("pid"), e.get("name"), e.get("used_bytes")) for e in events if e.kind == smi.KIND_SMI_PROCESS)
     assert procs == [(0, 402113, "sglang::scheduler_TP0", 67912 * MIB), (0, 917220, "/home/ana/venv/bin/python", 12584 * MIB), (1, 402114, "sglang::scheduler_TP1", 67912 * MIB)]
     driver = [e for e in events if e.kind == smi.KIND_SMI_DRIVER]
-    assert driver[0].get("driver_version") == "535.54.03" and driver[1].get("cuda_version") == "12.2"
+    assert [(e.get("driver_version"), e.get("cuda_version")) for e in driver] == [("535.54.03", "12.2")]
     assert {e.get("source") for e in gpus} == {"query"} and {e.get("snapshot") for e in events} == {"q1"}
 
 
@@ -112,4 +112,4 @@ def test_a_query_pasted_alone_names_the_card_and_the_tenant(tmp_path: Path) -> N
     d = diagnose([str(QUERY)], RULES)
     assert d.verdict_class == "none" and d.facts is not None
     assert d.facts.get("gpu_names") == ("NVIDIA H100 80GB HBM3",) and d.facts.get("driver_version") == "535.54.03"
-    assert d.facts.get("capacity_bytes") == 81559 * MIB
+    assert d.facts.get("capacity_bytes") == 81559 * MIB and d.facts.get("cuda_version") == "12.2"

@@ -74,6 +74,7 @@ class SmiQueryParser:
         self._section: str | None = None
         self._process: dict[str, object] | None = None
         self._process_refs: list[LineRef] = []
+        self._driver: tuple[dict[str, object], LineRef] | None = None
 
     def _snapshot_id(self) -> str:
         # Apart from the table parser's numbers: a table and a query pasted together are two snapshots.
@@ -86,8 +87,12 @@ class SmiQueryParser:
             return []
         return [Event(KIND_SMI_PROCESS, tuple(refs[:6]), {"snapshot": self._snapshot_id(), "gpu": self._index, "type": "C", "name": None, "used_bytes": None, **process, "source": "query"})]
 
+    def _flush_driver(self) -> list[Event]:
+        held, self._driver = self._driver, None
+        return [Event(KIND_SMI_DRIVER, (held[1],), held[0])] if held is not None else []
+
     def _flush_gpu(self) -> list[Event]:
-        out = self._flush_process()
+        out = self._flush_driver() + self._flush_process()
         gpu, refs = self._gpu, self._gpu_refs
         self._gpu, self._gpu_refs, self._section = None, [], None
         if gpu is None:
@@ -105,7 +110,7 @@ class SmiQueryParser:
             return out
         gpu = _GPU_RE.search(msg)
         if gpu is not None:
-            out = self._flush_gpu()
+            out = self._flush_driver() + self._flush_gpu()
             self._snapshot = self._snapshot or 1  # a paste that starts below the header
             self._index += 1
             self._gpu, self._gpu_refs = {"bus_id": gpu.group("bus")}, [line.ref]
@@ -125,10 +130,15 @@ class SmiQueryParser:
         if self._snapshot == 0 and key not in ("Driver Version", "CUDA Version"):
             return []
         if key == "Driver Version" and self._gpu is None:
+            # Held for the CUDA Version line under it: one driver event with both, as the table's header is.
+            out = self._flush_driver()
             self._snapshot = self._snapshot or 1
-            return [Event(KIND_SMI_DRIVER, (line.ref,), {"snapshot": self._snapshot_id(), "smi_version": None, "driver_version": value or None})]
+            self._driver = ({"snapshot": self._snapshot_id(), "smi_version": None, "driver_version": value or None}, line.ref)
+            return out
         if key == "CUDA Version" and self._gpu is None:
-            return [Event(KIND_SMI_DRIVER, (line.ref,), {"snapshot": self._snapshot_id(), "smi_version": None, "cuda_version": value})] if re.fullmatch(r"[\d.]+", value) else []
+            if self._driver is not None and re.fullmatch(r"[\d.]+", value):
+                self._driver[0]["cuda_version"] = value
+            return self._flush_driver()
         if self._gpu is None:
             return []
         if key == "Product Name":
