@@ -74,7 +74,7 @@ class SmiQueryParser:
         self._section: str | None = None
         self._process: dict[str, object] | None = None
         self._process_refs: list[LineRef] = []
-        self._driver: tuple[dict[str, object], LineRef] | None = None
+        self._driver: tuple[dict[str, object], tuple[LineRef, ...]] | None = None
 
     def _snapshot_id(self) -> str:
         # Apart from the table parser's numbers: a table and a query pasted together are two snapshots.
@@ -89,7 +89,7 @@ class SmiQueryParser:
 
     def _flush_driver(self) -> list[Event]:
         held, self._driver = self._driver, None
-        return [Event(KIND_SMI_DRIVER, (held[1],), held[0])] if held is not None else []
+        return [Event(KIND_SMI_DRIVER, held[1], held[0])] if held is not None else []
 
     def _flush_gpu(self) -> list[Event]:
         out = self._flush_driver() + self._flush_process()
@@ -133,11 +133,11 @@ class SmiQueryParser:
             # Held for the CUDA Version line under it: one driver event with both, as the table's header is.
             out = self._flush_driver()
             self._snapshot = self._snapshot or 1
-            self._driver = ({"snapshot": self._snapshot_id(), "smi_version": None, "driver_version": value or None}, line.ref)
+            self._driver = ({"snapshot": self._snapshot_id(), "smi_version": None, "driver_version": value or None}, (line.ref,))
             return out
         if key == "CUDA Version" and self._gpu is None:
             if self._driver is not None and re.fullmatch(r"[\d.]+", value):
-                self._driver[0]["cuda_version"] = value
+                self._driver = ({**self._driver[0], "cuda_version": value}, (*self._driver[1], line.ref))
             return self._flush_driver()
         if self._gpu is None:
             return []
