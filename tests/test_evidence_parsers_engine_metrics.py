@@ -114,3 +114,11 @@ def test_the_scrape_given_as_a_file_or_in_an_issue_body_is_the_same_evidence(tmp
     body = tmp_path / "issue.md"
     body.write_text("### Describe the bug\n\nThe engine died under load.\n\n```\n" + "\n".join(oom) + "\n```\n\nMetrics just before:\n\n```\n" + "\n".join(scrape) + "\n```\n")
     assert _diff([body])[1] == want
+
+
+def test_a_scrape_pasted_alone_is_read_and_is_no_oom(tmp_path: Path) -> None:
+    scrape = tmp_path / "metrics.txt"
+    scrape.write_text("\n".join(line for line in (UNKNOWN / "vllm_oom_metrics_preempting.log").read_text().splitlines() if not line.startswith("(EngineCore")) + "\n")
+    d = diagnose([str(scrape)], RULES)
+    assert d.verdict_class == "none" and d.facts is not None
+    assert (d.facts.get("metrics_engine"), d.facts.get("metrics_preemptions"), d.facts.get("metrics_kv_pressure")) == ("vllm", 37, True)

@@ -113,3 +113,15 @@ def test_a_query_pasted_alone_names_the_card_and_the_tenant(tmp_path: Path) -> N
     assert d.verdict_class == "none" and d.facts is not None
     assert d.facts.get("gpu_names") == ("NVIDIA H100 80GB HBM3",) and d.facts.get("driver_version") == "535.54.03"
     assert d.facts.get("capacity_bytes") == 81559 * MIB and d.facts.get("cuda_version") == "12.2"
+
+
+def test_gpustat_pasted_alone_names_the_card_and_given_alone_is_read_as_gpustat(tmp_path: Path) -> None:
+    pasted = tmp_path / "gpustat.txt"
+    pasted.write_text("$ gpustat --json\n" + GPUSTAT.read_text())
+    d = diagnose([str(pasted)], RULES)
+    assert d.verdict_class == "none" and d.facts is not None
+    assert d.facts.get("gpu_names") == ("NVIDIA H100 80GB HBM3",) and d.facts.get("capacity_bytes") == 81559 * MIB
+    # No OOM to measure the tenant against: it is named, and no finding is made of it.
+    assert d.facts.get("smi_foreign_pids") == (917220,)
+    alone = diagnose([str(GPUSTAT)], RULES)
+    assert alone.verdict_class == "none" and [(i.path, i.kind) for i in alone.inputs] == [(str(GPUSTAT), "gpustat")]

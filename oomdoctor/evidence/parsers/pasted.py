@@ -39,19 +39,19 @@ SMI_ANCHORS: tuple[bytes, ...] = (
 )
 # nvidia-smi -q's report. The scanner reads a line holding an anchor and the three after it, so each
 # line the reader needs holds one: the header and top-level keys (padded before their colon), a GPU's
-# name, every section header ending in "Memory Usage" (the framebuffer's, BAR1's, the protected
-# memory's: their Total / Used / Free lines end in " MiB", an anchor of the table's), the processes'
-# header and each process's "Process ID" (its type, name and memory are the three lines after it).
+# name, the three sections whose Total / Used / Free lines it must tell apart (their figures end in
+# " MiB", an anchor of the table's), the processes' header (indented: "Accounted Processes" and the
+# table's "| Processes:" are not it) and each process's "Process ID" (its type, name and memory are
+# the three lines after it). No anchor needs the line's end: ANSI colours and CRLF leave them whole.
 SMI_QUERY_ANCHORS: tuple[bytes, ...] = (
     b"NVSMI LOG",
     b"Driver Version    ",
     b"CUDA Version    ",
     b"Product Name    ",
-    b"Memory Usage\n",
-    b"Memory Usage\r",
-    b"Processes\n",
-    b"Processes\r",
-    b"Processes    ",
+    b"FB Memory Usage",
+    b"BAR1 Memory Usage",
+    b"Protected Memory Usage",
+    b"    Processes",
     b"Process ID    ",
     b"Used GPU Memory",
 )
@@ -100,9 +100,7 @@ ANCHORS: tuple[bytes, ...] = SMI_ANCHORS + SMI_QUERY_ANCHORS + GPUSTAT_ANCHORS +
 _SMI_NEEDLES = tuple(a.decode() for a in SMI_ANCHORS if not a.endswith((b"\n", b"\r")))
 _ENV_NEEDLES = tuple(a.decode() for a in ENV_ANCHORS)
 _HOST_NEEDLES = tuple(a.decode() for a in HOST_ANCHORS)
-_QUERY_NEEDLES = tuple(a.decode() for a in SMI_QUERY_ANCHORS if not a.endswith((b"\n", b"\r")))
-# The anchors that end a line ("    FB Memory Usage\n", "    Processes\n"): what the line's text ends with.
-_QUERY_ENDINGS = tuple(a.decode().rstrip("\r\n") for a in SMI_QUERY_ANCHORS if a.endswith((b"\n", b"\r")))
+_QUERY_NEEDLES = tuple(a.decode() for a in SMI_QUERY_ANCHORS)
 _GPUSTAT_NEEDLES = tuple(a.decode() for a in GPUSTAT_ANCHORS)
 _METRIC_NEEDLES = tuple(a.decode() for a in ENGINE_METRIC_ANCHORS)
 
@@ -122,8 +120,7 @@ class PastedParser:
 
     ANCHORS = ANCHORS
     # A line whose text ends in " MiB" (the anchor " MiB\n" misses it before a carriage return).
-    # So is one ending in "Memory Usage" or "Processes" (nvidia-smi -q's section headers).
-    NEEDLES: tuple[str, ...] = (" MiB", "Memory Usage", "Processes")
+    NEEDLES: tuple[str, ...] = (" MiB",)
     FOLDED_NEEDLES: tuple[str, ...] = ()
     REPEATING: tuple[tuple[bytes, str], ...] = ()
 
@@ -161,7 +158,7 @@ class PastedParser:
 
                 self._host = HostParser()
             out += self._host.feed(line)
-        if self._query is not None or any(n in msg for n in _QUERY_NEEDLES) or msg.endswith(_QUERY_ENDINGS) or _query_gpu_line(msg):
+        if self._query is not None or any(n in msg for n in _QUERY_NEEDLES) or _query_gpu_line(msg):
             if self._query is None:
                 from oomdoctor.evidence.parsers.smi_query import SmiQueryParser
 

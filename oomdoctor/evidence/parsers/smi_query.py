@@ -41,6 +41,7 @@ from oomdoctor.base.units import MIB
 from oomdoctor.evidence.parsers.nvidia_smi import KIND_SMI_DRIVER, KIND_SMI_GPU, KIND_SMI_NO_PROCESSES, KIND_SMI_PROCESS
 from oomdoctor.evidence.parsers.pasted import SMI_QUERY_ANCHORS
 from oomdoctor.input.patterns import lazy
+from oomdoctor.input.prefixes import strip_ansi
 
 ANCHORS: tuple[bytes, ...] = SMI_QUERY_ANCHORS
 
@@ -115,7 +116,7 @@ class SmiQueryParser:
             self._index += 1
             self._gpu, self._gpu_refs = {"bus_id": gpu.group("bus")}, [line.ref]
             return out
-        if self._gpu is not None and line.msg[:1] not in (" ", "\t"):
+        if self._gpu is not None and strip_ansi(line.msg)[:1] not in (" ", "\t"):
             # A GPU block's lines are indented under its "GPU <bus id>" line: an unindented line is
             # the log again (or the next top-level key), and the block is over.
             out = self._flush_gpu()
