@@ -21,6 +21,9 @@ def _feed(parser, *texts: str) -> list:
 def test_the_spelled_out_names_agree() -> None:
     assert torch_facts.KIND_HOST_DETAIL == host.KIND_HOST_DETAIL
     assert build._PASTED_KINDS == pasted_facts.KINDS
+    from oomdoctor.evidence import runs
+
+    assert runs.MACHINE_STATE_KINDS == pasted_facts.KINDS
 
 
 def test_kubectl_describe_limits_restarts_exit_code() -> None:

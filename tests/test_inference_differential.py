@@ -54,7 +54,8 @@ def test_no_confident_answer_from_one_weak_signal() -> None:
 
 
 def test_the_summary_names_two_and_the_check_and_says_when_they_tie() -> None:
-    got = df.differential({"phase": "decode", "phase_source": "frames", "server_ready": True, "requested_bytes": 2 * GIB, "reclaimable_bytes": 512 * MIB})
+    facts = {"phase": "decode", "phase_source": "frames", "server_ready": True, "requested_bytes": 2 * GIB, "reclaimable_bytes": 512 * MIB}
+    got = df.differential({**facts, "unallocated_share": 0.02, "reserved_unallocated_bytes": 300 * MIB})
     text = df.summary(got)
     assert text.startswith("Most likely runtime_activation (0.")
     assert ", else " in text and "to tell them apart: the traceback above the OOM" in text
@@ -81,3 +82,40 @@ def test_a_paste_naming_a_small_model_ranks_weights_last(tmp_path: Path) -> None
     assert d.verdict_class == "unknown_oom" and diff[0]["class"] == "startup_kv"
     weights = next(c for c in diff if c["class"] == "weights_dont_fit")
     assert weights["against"] == ["the model's weights, by its name, are at most 16.39 GiB a GPU: less than half the card"]
+
+
+def test_a_server_that_was_up_is_no_step_between_the_classes_of_serving() -> None:
+    # Up and serving rules out the classes of startup; it does not tell activations from an encoder.
+    facts = {"phase": "unknown", "phase_source": "none", "server_ready": True, "model_named_multimodal": True}
+    odds = {c.klass: c.likelihood for c in df.differential(facts)}
+    assert "weights_dont_fit" not in odds and odds["runtime_activation"] <= odds["encoder_starvation"]
+
+
+def test_private_pools_rule_out_the_steps_before_graph_capture_not_the_ones_after() -> None:
+    base = {"phase": "startup", "phase_source": "frames", "oom_message_complete": True}
+    even = {c.klass: c.likelihood for c in df.differential(base)}
+    assert even["weights_dont_fit"] == even["startup_kv"] == even["foreign_process"]
+    got = {c.klass: c for c in df.differential({**base, "private_pool_bytes": 100 * MIB})}
+    # Two steps (16 to 1) against each class of the steps before capture; capture itself gains nothing
+    # over the classes after it (every later OOM finds the pools there too).
+    assert got["weights_dont_fit"].likelihood < got["cuda_graph"].likelihood / 10
+    assert got["startup_kv"].likelihood < got["cuda_graph"].likelihood / 10
+    assert got["cuda_graph"].likelihood == got["foreign_process"].likelihood and got["cuda_graph"].evidence_for == ()
+
+
+def test_an_engines_own_cudamalloc_excludes_fragmentation_and_an_async_one_is_a_runtime_buffer() -> None:
+    facts = {"phase": "unknown", "phase_source": "none", "driver_oom_source": "cuda_check"}
+    assert "fragmentation" not in _classes(facts)
+    assert "fragmentation" in _classes({**facts, "driver_oom_source": "cuda_runtime"})  # PyTorch's own check
+    got = df.differential({**facts, "driver_oom_call": "cudaMallocAsync"})
+    assert got[0].klass == "runtime_activation" and got[0].likelihood < 0.7
+    assert got[0].evidence_for[0].startswith("the failed allocation was a stream-ordered cudaMallocAsync")
+
+
+def test_kernel_warmup_frames_are_after_the_kv_pool() -> None:
+    from oomdoctor.evidence.phase import classify_frames
+
+    frames = (("/usr/lib/python3.12/dist-packages/vllm/model_executor/warmup/deep_gemm_warmup.py", "_warmup"),)
+    assert classify_frames(frames) == "warmup"
+    classes = _classes({"phase": "warmup", "phase_source": "frames"})
+    assert classes[0] == "runtime_activation" and not {"weights_dont_fit", "startup_kv", "cuda_graph"} & set(classes)

@@ -49,6 +49,23 @@ def test_nvidia_smi_tables_and_short_texts_are_left_alone() -> None:
     assert wrap_width(["short", "lines", "only"]) is None and wrap_width([]) is None
 
 
+def test_aligned_machine_output_is_not_read_as_cut() -> None:
+    # gpustat --json: two GPUs' UUID lines are the longest, of one length; the line after each is a
+    # JSON pair of its own, not the rest of it.
+    gpustat = []
+    for i in range(2):
+        gpustat += [f'            "uuid": "GPU-9d3a0f7e-1c2b-4e8a-b7d1-{i}a5c3e9f0b2d",', '            "name": "NVIDIA H100 80GB HBM3",', '            "memory.total": 81559,']
+    assert wrap_width(gpustat) is None
+    # nvidia-smi -q: the "GPU UUID" lines are the longest; the "Minor Number" line after each is a key of its own.
+    query = []
+    for i in range(2):
+        query += [f"    GPU UUID                              : GPU-9d3a0f7e-1c2b-4e8a-b7d1-{i}a5c3e9f0b2dd4e1f", "    Minor Number                          : 0", "    VBIOS Version                         : 96.00.74.00.0D"]
+    assert wrap_width(query) is None
+    # A real cut still is one: the piece after a full-width line holds no key of its own.
+    cut = ["x" * 30 + " out of memory. Tried to allocate 1.25 GiB. GPU 0 has a total capacity of 79.19 ", "GiB of which 1.02 GiB is free.", "y" * 30 + " out of memory. Tried to allocate 1.25 GiB. GPU 1 has a total capacity of 79.19 ", "GiB of which 1.02 GiB is free."]
+    assert wrap_width(cut) == len(cut[0])
+
+
 def test_a_quoted_wrapped_paste_joins_without_the_quote_marks() -> None:
     lines = ["> " + piece for piece in _cut(OOM, 80)]
     assert quote_marker(lines) == "> "

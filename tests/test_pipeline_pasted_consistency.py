@@ -1,6 +1,7 @@
 """Property of issue 25: machine state that agrees with a log never makes its verdict less sure or changes it.
 
-For every positive rule fixture, an nvidia-smi table and an environment report consistent with what
+For every positive rule fixture, an nvidia-smi table (or the same state as ``nvidia-smi -q`` text or
+``gpustat --json``) and an environment report consistent with what
 the log itself says (the card its capacity or free memory points to, the processes its OOM message
 lists, the failing one under the engine's own process title) are put before the log, as a bug report's
 environment section comes first; the verdict's class must stay and its confidence must not drop.
@@ -8,6 +9,7 @@ environment section comes first; the verdict's class must stay and its confidenc
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -87,16 +89,36 @@ def _paste(d, log: Path, parts: str) -> str:
     lines += ["| Processes:                                                                            |", "|=======================================================================================|"]
     lines += [f"|  {device:>3}   N/A  N/A  {pid:>8}      C   {name:<38} {mib:>8}MiB |" for pid, name, mib in _rows(d)]
     lines += ["+---------------------------------------------------------------------------------------+", ""]
+    query = ["$ nvidia-smi -q", "", "==============NVSMI LOG==============", "", "Driver Version                            : 535.54.03", "CUDA Version                              : 12.2", ""]
+    # -q lists every GPU in index order: the ones before the failing one, by their names only.
+    for i in range(device):
+        query += [f"GPU 00000000:{0x18 + i:02X}:00.0", f"    Product Name                          : {card[0] if card else 'NVIDIA GPU'}"]
+    query += [f"GPU 00000000:{0x18 + device:02X}:00.0"]
+    if card is not None:
+        name, total = card
+        used = min(sum(mib for _, _, mib in _rows(d)), total // MIB)
+        query += [f"    Product Name                          : {name}", "    FB Memory Usage", f"        Total                             : {total // MIB} MiB",
+                  f"        Used                              : {used} MiB", f"        Free                              : {total // MIB - used} MiB"]
+    query += ["    Processes"]
+    for pid, name, mib in _rows(d):
+        query += ["        GPU instance ID                   : N/A", "        Compute instance ID               : N/A", f"        Process ID                        : {pid}",
+                  "            Type                          : C", f"            Name                          : {name}", f"            Used GPU Memory               : {mib} MiB"]
+    query += [""]
+    gpu: dict = {"index": device, "uuid": "GPU-5c1e7a0b-93d2-4f6e-8a41-0d2b9c7e3f18", "name": card[0] if card else "NVIDIA GPU"}
+    if card is not None:
+        gpu.update({"memory.used": min(sum(mib for _, _, mib in _rows(d)), card[1] // MIB), "memory.total": card[1] // MIB})
+    gpu["processes"] = [{"username": "root", "command": name, "full_command": [name], "gpu_memory_usage": mib, "cpu_percent": 99.0, "cpu_memory_usage": 1 << 30, "pid": pid} for pid, name, mib in _rows(d)]
+    stat = ["$ gpustat --json", *json.dumps({"hostname": "node-1", "driver_version": "535.54.03", "query_time": "2025-03-04T09:12:51.204817", "gpus": [gpu]}, indent=4, separators=(",", ": ")).splitlines(), ""]
     env = ["PyTorch version: 2.5.1+cu124", "CUDA runtime version: 12.4.131"]
     if card is not None:
         env += ["GPU models and configuration:", f"GPU {device}: {card[0]}"]
-    lines = {"table": lines, "environment": ["", *env], "both": lines + env}[parts]
+    lines = {"table": lines, "environment": ["", *env], "both": lines + env, "query": ["", *query], "gpustat": ["", *stat]}[parts]
     # Before the log, as a bug report's environment section comes first: after it, it would hide
     # where a cut log stops.
     return "\n".join(lines[1:]) + "\n" + log.read_text(errors="replace")
 
 
-@pytest.mark.parametrize("parts", ["table", "environment", "both"])
+@pytest.mark.parametrize("parts", ["table", "environment", "both", "query", "gpustat"])
 @pytest.mark.parametrize("log", CASES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_consistent_machine_state_keeps_the_class_and_does_not_lower_confidence(log: Path, parts: str, tmp_path: Path) -> None:
     before = diagnose([str(log)], RULES)
@@ -106,3 +128,7 @@ def test_consistent_machine_state_keeps_the_class_and_does_not_lower_confidence(
     after = diagnose([str(pasted)], RULES)
     assert after.verdict_class == before.verdict_class
     assert after.verdict_confidence >= before.verdict_confidence
+    assert after.facts is not None
+    if parts != "environment":
+        # The process list was read (whichever form), not passed over.
+        assert after.facts.get("smi_identity") is not None and after.facts.get("smi_server_pids")

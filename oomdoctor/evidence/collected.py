@@ -100,7 +100,14 @@ def _load_text(path: str, text: str) -> dict[str, Any]:
     from oomdoctor.evidence import allocator, monitoring
     from oomdoctor.live import smi
 
-    if path.endswith(MONITORING_SUFFIXES) or (not path.endswith((".json", ".csv", ".xml")) and monitoring.looks_like_dcgm(text[:65536].encode("utf-8", "replace"))):
+    head = text[:65536].encode("utf-8", "replace")
+    if not path.endswith((".json", ".csv", ".xml")) and not monitoring.looks_like_dcgm(head):
+        from oomdoctor.evidence.parsers import engine_metrics
+
+        if engine_metrics.looks_like_engine_metrics(head):
+            # vLLM's or SGLang's own /metrics scrape: read as the same lines pasted into a log are.
+            return {"kind": "engine_metrics", "path": path, "events": engine_metrics.read_text(text, path)}
+    if path.endswith(MONITORING_SUFFIXES) or (not path.endswith((".json", ".csv", ".xml")) and monitoring.looks_like_dcgm(head)):
         return monitoring.parse_scrape(text, path)
     if path.endswith(".xml"):
         try:
@@ -124,8 +131,19 @@ def _load_text(path: str, text: str) -> dict[str, Any]:
             return {"kind": "apps", "path": path, "events": apps}
         raise InputError(f"{path}: not an nvidia-smi --query-gpu or --query-compute-apps CSV")
     data = read_json(text, path)
+    from oomdoctor.evidence.parsers import engine_metrics, gpustat
+
+    if gpustat.looks_like_gpustat(data):
+        # gpustat --json > gpustat.json: its lines read as the same document pasted into a log is.
+        return {"kind": "gpustat", "path": path, "events": gpustat.read_text(text, path)}
     del text
     if monitoring.is_query_range(data):
+        from oomdoctor.base.evidence import LineRef
+
+        engine = engine_metrics.query_events(data, LineRef(path=path, line=1, text=""))
+        if engine:
+            # A Prometheus query of vLLM's or SGLang's series (KV use, preemptions, queues), not DCGM's.
+            return {"kind": "engine_metrics", "path": path, "events": engine}
         return monitoring.parse_query_range(data, path)
     if isinstance(data, dict) and data.get("kind") == "oomdoctor-samples":
         return {"kind": "samples", "path": path, "samples": _checked_samples(data.get("samples"), path), "unavailable": _text_or_none(data.get("unavailable"), path, "unavailable")}

@@ -112,9 +112,10 @@ def _label_value(line: str, pos: int) -> tuple[str, int]:
         pos += 2
 
 
-def _sample(line: str) -> tuple[str, dict[str, str], float] | None:
-    """(metric, labels, value) of a framebuffer sample line; None for any other line; ValueError when it is malformed."""
-    m = _FB_NAME_RE.match(line)
+def _sample(line: str, name_re: re.Pattern[str] = _FB_NAME_RE) -> tuple[str, dict[str, str], float] | None:
+    """(metric, labels, value) of a sample line whose name ``name_re`` matches (the framebuffer metrics by
+    default); None for any other line; ValueError when it is malformed."""
+    m = name_re.match(line)
     if m is None:
         return None
     labels: dict[str, str] = {}
@@ -139,6 +140,10 @@ def _sample(line: str) -> tuple[str, dict[str, str], float] | None:
     if vm is None:
         raise ValueError(f"no value in {_quoted(line)}")
     return m.group(1), labels, float(vm.group(1))
+
+
+# The engines' metrics read the same way (oomdoctor.evidence.parsers.engine_metrics).
+sample = _sample
 
 
 def parse_scrape(text: str, path: str) -> dict[str, Any]:

@@ -47,6 +47,9 @@ class ContextRule(NamedTuple):
     after_failure: bool = False
     # Lower-case literals of which every match of ``pattern``, lower-cased, holds one.
     needles: tuple[str, ...] = ()
+    # A line that says less than the others (a forward pass, not which): it names the phase only when
+    # no other context line or milestone before the failure does.
+    fallback: bool = False
 
 
 class Tables(NamedTuple):
@@ -115,7 +118,7 @@ def parse_tables(data: dict[str, Any]) -> Tables:
     )
     context = tuple(
         ContextRule(
-            known(e["phase"], "context"), _lazy(e["pattern"]), e.get("example", ""), bool(e.get("after_failure", False)), _needles(e)
+            known(e["phase"], "context"), _lazy(e["pattern"]), e.get("example", ""), bool(e.get("after_failure", False)), _needles(e), bool(e.get("fallback", False))
         )
         for e in data.get("context", [])
     )
@@ -277,11 +280,15 @@ def infer(events: list[Event], failure_index: int, oom: Event | None, records: l
     milestone, mref = milestone_phase(events, upto)
     if milestone != "unknown" and mref is not None:
         best = (mref.line, milestone, mref)
+    fallback: tuple[int, str, LineRef] | None = None
     for e in events:
         if e.kind != "context_line" or (line is not None and e.ref.line > line and not e.get("after_failure")):
             continue
-        if best is None or e.ref.line >= best[0]:
+        if e.get("fallback"):
+            fallback = (e.ref.line, e.get("phase"), e.ref)
+        elif best is None or e.ref.line >= best[0]:
             best = (e.ref.line, e.get("phase"), e.ref)
+    best = best or fallback
     if best is not None:
         return Phase(best[1], "context", best[2], "log lines before the failure")
     return UNKNOWN

@@ -130,8 +130,28 @@ def implies_kv_failure(event: Event) -> bool:
     return False
 
 
+# Machine state a user pasted (nvidia-smi, gpustat, environment reports, the engine's metrics): the
+# machine the report is about, not a step of one run (= inference.facts.pasted.KINDS, spelled out so
+# that a plain log imports none of those parsers).
+MACHINE_STATE_KINDS = frozenset({"smi_driver", "smi_gpu", "smi_process", "smi_no_processes", "env_fact", "env_gpu", "engine_metric"})
+
+
 def split_runs(events_per_input: list[list[Event]]) -> list[Run]:
-    """Segment each input's events into runs (``RunSegmenter``); merge the same run number across inputs."""
+    """Segment each input's events into runs (``RunSegmenter``); merge the same run number across inputs.
+
+    Machine state pasted in one run (a bug report's environment section above a log whose first lines
+    the segmenter reads as two starts) is given to the runs that hold none, ahead of their own events.
+    """
+    runs = _segment(events_per_input)
+    state = [e for run in runs for e in run.events if e.kind in MACHINE_STATE_KINDS]
+    if state and len(runs) > 1:
+        for run in runs:
+            if not any(e.kind in MACHINE_STATE_KINDS for e in run.events):
+                run.events[:0] = state
+    return runs
+
+
+def _segment(events_per_input: list[list[Event]]) -> list[Run]:
     runs: dict[int, Run] = {}
     for events in events_per_input:
         segmenter = RunSegmenter()

@@ -88,6 +88,26 @@ def _holds(condition: dict[str, Any], facts: dict[str, Any]) -> bool:
 
 def differential(facts: dict[str, Any]) -> list[Candidate]:
     """The ranked candidates for an undecided OOM; never empty while a candidate's phase allows it."""
+    odds, reasons, checks = _weigh(facts)
+    total = sum(odds.values()) + UNNAMED_ODDS
+    if total <= UNNAMED_ODDS:
+        return []
+    # Equal odds are ordered by the class a failure in this phase most often is (data/phases.toml),
+    # then by name: an order to read them in, not a likelihood.
+    phase = facts.get("phase") or "unknown"
+    likely = phase_step.tables().phases[phase].likely_class if phase in phase_step.tables().phases else ""
+    ranked = sorted((k for k in odds if odds[k] > 0), key=lambda k: (-odds[k], k != likely, k))
+    return [Candidate(k, round(odds[k] / total, 2), tuple(reasons[k][0]), tuple(reasons[k][1]), checks[k]) for k in ranked[:SHOWN]]
+
+
+def possible(facts: dict[str, Any]) -> frozenset[str]:
+    """The classes the differential leaves open on these facts: a candidate of its phase the evidence did not exclude."""
+    odds, _, _ = _weigh(facts)
+    return frozenset(k for k, v in odds.items() if v > 0)
+
+
+def _weigh(facts: dict[str, Any]) -> tuple[dict[str, float], dict[str, tuple[list[str], list[str]]], dict[str, str]]:
+    """Every candidate's odds (0 when excluded), its reasons for and against, and its check."""
     table = _table()
     phase = facts.get("phase") or "unknown"
     weak_phase = facts.get("phase_source") in (None, "none", "context")
@@ -123,14 +143,7 @@ def differential(facts: dict[str, Any]) -> list[Candidate]:
         else:
             odds[klass] /= factor
             reasons[klass][1].append(says)
-    total = sum(odds.values()) + UNNAMED_ODDS
-    if total <= UNNAMED_ODDS:
-        return []
-    # Equal odds are ordered by the class a failure in this phase most often is (data/phases.toml),
-    # then by name: an order to read them in, not a likelihood.
-    likely = phase_step.tables().phases[phase].likely_class if phase in phase_step.tables().phases else ""
-    ranked = sorted((k for k in odds if odds[k] > 0), key=lambda k: (-odds[k], k != likely, k))
-    return [Candidate(k, round(odds[k] / total, 2), tuple(reasons[k][0]), tuple(reasons[k][1]), checks[k]) for k in ranked[:SHOWN]]
+    return odds, reasons, checks
 
 
 def summary(candidates: list[Candidate]) -> str:

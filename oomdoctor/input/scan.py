@@ -294,6 +294,7 @@ class _Scan:
         self.path = path
         self.anchors = anchors
         self.before_ids = frozenset(i for i, a in enumerate(anchors) if a in before_anchors)
+        self.before_anchors = before_anchors
         self.reading = reading
         self.base = 0  # lines before this chunk
         self.pending_context = 0  # lines after the last chunk's last anchored line, read at this chunk's start
@@ -337,11 +338,19 @@ class _Scan:
         for lineno, physical, mask in held:
             yield from self.lines(physical, lineno, True, mask, replayed=True)
 
+    def _holds_before_anchor(self, chunk: bytes, start: int) -> bool:
+        """Whether the line at ``start`` holds a failure word after another anchor came first on it
+        ("allocating 4514.05 MiB on device 0: cudaMalloc failed: out of memory"): the backends report
+        only a line's first anchor, and a failure line is one whatever it names before the words."""
+        end = chunk.find(b"\n", start)
+        line = chunk[start : end if end >= 0 else len(chunk)]
+        return any(a in line for a in self.before_anchors)
+
     def _before(self, chunk: bytes, found: list[tuple[int, int, int]]) -> set[int]:
         """The starts of the BEFORE_LINES lines above each failure line of ``chunk``."""
         before: set[int] = set()
         for start, first, _ in found:
-            if first not in self.before_ids:
+            if first not in self.before_ids and not self._holds_before_anchor(chunk, start):
                 continue
             pos = start
             for _ in range(BEFORE_LINES):

@@ -35,6 +35,11 @@ _STARTS_OF_THEIR_OWN = ('File "', "Traceback", "During handling", "The above exc
 
 # A traceback's exception line ("torch.OutOfMemoryError: ...", "RuntimeError: ...").
 _EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)(?::|$)")
+# Machine output whose lines are records of their own, of equal widths because they are aligned, not
+# cut: an indented JSON pair ('    "name": "NVIDIA H100 80GB HBM3",', json.dump's indent, gpustat
+# --json) and a padded "Key<spaces>: value" line (nvidia-smi -q, collect_env since vLLM 0.9). A cut
+# piece starts wherever the cut fell, so it starts with a key and its colon only by chance.
+_RECORD_LINE = re.compile(r'\s*"[\w.-]+"\s*:\s|\s*[A-Za-z][\w ./()-]*?\s{2,}:(?:\s|$)')
 
 
 def _starts_a_line(text: str) -> bool:
@@ -44,7 +49,7 @@ def _starts_a_line(text: str) -> bool:
     """
     if not text.strip():
         return True
-    if text.lstrip().startswith(_STARTS_OF_THEIR_OWN) or _EXCEPTION_LINE.match(text):
+    if text.lstrip().startswith(_STARTS_OF_THEIR_OWN) or _EXCEPTION_LINE.match(text) or _RECORD_LINE.match(text):
         return True
     # Any prefix a program or collector puts at a line's start (a timestamp, a rank tag, a docker
     # service, kubectl's pod) starts a line: a cut piece starts wherever the cut fell.

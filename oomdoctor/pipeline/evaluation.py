@@ -82,6 +82,7 @@ def _finding_extra(rule: Rule, facts: Facts) -> dict[str, Any]:
 def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping[str, Recommender] | None = None) -> Incident:
     """Run every applicable rule on one incident's facts; order findings by whose fix comes first."""
     values = facts.values
+    rules = list(rules)
     system = values.get("system", "unknown")
     fired: list[tuple[int, float, Finding]] = []
     not_evaluated: list[dict[str, Any]] = []
@@ -133,6 +134,7 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping
         )
         unique[0] = replace(unique[0], factors=[*unique[0].factors, note])
     if not unique:
+        not_evaluated = _that_matter(not_evaluated, rules, None, facts)
         missing = sorted({m for item in not_evaluated for m in item["missing"]})
         decisive = _decisive_gaps(facts)
         evidence = tuple(r for r in (facts.first_line,) if r is not None)
@@ -158,7 +160,39 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping
             message=differential.summary(candidates) + unique[0].message,
             extra={**unique[0].extra, "differential": [c.to_json() for c in candidates]},
         )
+    if unique[0].rule is not None:
+        not_evaluated = _that_matter(not_evaluated, rules, unique[0], facts)
     return Incident(run=facts.run, facts=facts, findings=unique, not_evaluated=not_evaluated)
+
+
+def _that_matter(items: list[dict[str, Any]], rules: Iterable[Rule], first: Finding | None, facts: Facts) -> list[dict[str, Any]]:
+    """The rules not evaluated whose missing evidence could change the verdict, each with its class and
+    the command that collects what it lacks.
+
+    A rule of the verdict's own class would confirm it, not change it. Against a decided verdict a rule
+    matters when it would rank above it had its facts held (its fix comes first, or it is as early and
+    surer); against an undecided OOM, when its class is one the differential leaves open (the class
+    contract or the phase has not ruled it out). A verdict of no OOM leaves none: with no failure,
+    no OOM rule's missing fact changes it.
+    """
+    if not items or (first is not None and first.klass == "none"):
+        return []
+    by_id = {r.id: r for r in rules}
+    verdict_rule = by_id.get(first.rule_id or "") if first is not None else None
+    open_classes = differential.possible(facts.values) if first is None or first.klass == "unknown_oom" else frozenset()
+    out = []
+    for item in items:
+        rule = by_id.get(item["rule"])
+        if rule is None or (first is not None and rule.klass == first.klass):
+            continue
+        if first is None or first.klass == "unknown_oom":
+            if rule.klass not in open_classes:
+                continue
+        elif verdict_rule is not None and not (rule.priority < verdict_rule.priority or (rule.priority == verdict_rule.priority and rule.confidence > first.confidence)):
+            continue
+        commands = [row["command"] for row in catalogue.load().asks(item["missing"])]
+        out.append({**item, "class": rule.klass, "commands": commands})
+    return out
 
 
 _UNDECIDED_WHY = "whether the weights leave room for one request's KV rests on an assumed 1 GiB (the log gives no per-token KV size)"

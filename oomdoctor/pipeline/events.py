@@ -279,7 +279,7 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
         # evidence, cited like any other event.
         context_rule = phase_step.classify_context(line.msg) if not line.msg.startswith(" ") else None
         if context_rule is not None:
-            cite([Event(rc.KIND_CONTEXT, (line.ref,), {"phase": context_rule.phase, "after_failure": context_rule.after_failure})])
+            cite([Event(rc.KIND_CONTEXT, (line.ref,), {"phase": context_rule.phase, "after_failure": context_rule.after_failure, **({"fallback": True} if context_rule.fallback else {})})])
     for parser in parsers:
         cite(parser.finish())
     for anchor, n in reading.dropped.items():

@@ -49,8 +49,9 @@ _LINES: tuple[tuple[str, LazyRegex], ...] = (
     ("nvidia_visible_devices", lazy("NVIDIA_VISIBLE_DEVICES=", r"^NVIDIA_VISIBLE_DEVICES=(?P<value>\S*)\s*$")),
 )
 # "GPU 0: NVIDIA H100 80GB HBM3" (nvidia-smi -L, collect_env), "GPU 0,1,2,3: NVIDIA H100 80GB HBM3"
-# (check_env), after "GPU models and configuration:" or on its own line; the UUID clause dropped.
-_GPU_RE = lazy("GPU ", r"^(?:GPU models and configuration\s*:\s*)?GPU (?P<ids>\d+(?:,\d+)*)\s*:\s*(?P<name>(?!.*Compute Capability)[^(]+?)\s*(?:\(UUID:.*)?$")
+# (check_env), after "GPU models and configuration:" or on its own line; the UUID clause dropped. A name
+# starts with a letter: "GPU 00000000:18:00.0" is nvidia-smi -q's block header, not a GPU's name.
+_GPU_RE = lazy("GPU ", r"^(?:GPU models and configuration\s*:\s*)?GPU (?P<ids>\d+(?:,\d+)*)\s*:\s*(?P<name>(?!.*Compute Capability)[A-Za-z][^(]*?)\s*(?:\(UUID:.*)?$")
 
 
 # "vllm: Module Not Found", "vLLM Version: Could not collect": the report says the package is absent.

@@ -152,6 +152,11 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     # "RESOURCE_EXHAUSTED: ... Ran out of memory in memory space hbm".
     ("xla_resource_exhausted", lazy("RESOURCE_EXHAUSTED", r"RESOURCE_EXHAUSTED:.{0,120}?(?:Out of memory|[Rr]an out of memory)")),
 )
+# A stream-ordered allocation an engine made itself: "::cudaMallocAsync(ptr, n, mCudaStream->get()):
+# out of memory" (TensorRT-LLM's CudaAllocatorAsync, tllmBuffers.h), its tail when a paste re-wrapped the
+# call ("ream->get()): out of memory (.../tllmBuffers.h:112)": the stream argument), FlashInfer's handler
+# ("at function cudaMallocAsync(&float_buffer_, ...").
+_ASYNC_CALL_RE = lazy(("cudaMallocAsync", "->get()):"), r"cudaMallocAsync\b|->get\(\)\):\s*out of memory")
 _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     ("cpu_allocator", "strong", lazy("DefaultCPUAllocator", r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (\d+) bytes)?")),
     # The kernel's record, global or a memory cgroup's ("Memory cgroup out of memory: Killed process"),
@@ -408,6 +413,8 @@ class TorchParser:
                 frames = tuple(self._frames_of(line.ref.rank))
                 stage, phase = classify_frames(frames)
                 driver: dict[str, object] = {"source": source, "stage": stage, "frames": frames[-40:]}
+                if _ASYNC_CALL_RE.search(msg):
+                    driver["call"] = "cudaMallocAsync"
                 if phase:
                     driver["phase"] = phase
                 out.append(Event(KIND_DRIVER_OOM, (line.ref,), driver))

@@ -20,7 +20,9 @@ from oomdoctor.inference.facts.store import Facts
 from oomdoctor.input.issue_input import KIND_REPORTED
 
 # = inference.facts.pasted.KINDS, spelled out so a log without them imports neither parser.
-_PASTED_KINDS = frozenset({"smi_driver", "smi_gpu", "smi_process", "smi_no_processes", "env_fact", "env_gpu"})
+# Evidence files whose contents are read as the same lines pasted into a log are (oomdoctor.evidence.collected).
+_LINE_READ_KINDS = frozenset({"apps", "gpustat", "engine_metrics"})
+_PASTED_KINDS = frozenset({"smi_driver", "smi_gpu", "smi_process", "smi_no_processes", "env_fact", "env_gpu", "engine_metric"})
 
 if TYPE_CHECKING:
     from typing import Any
@@ -74,7 +76,8 @@ def build_facts(
     engine_message_facts(f, events)
     failure_flags(f)
     # A --query-compute-apps CSV given as a file is read as the same rows pasted into the log are.
-    saved = [e for item in collected if item.get("kind") == "apps" for e in item.get("events", ())]
+    # So are gpustat --json and an engine's /metrics scrape (or Prometheus query) given as files.
+    saved = [e for item in collected if item.get("kind") in _LINE_READ_KINDS for e in item.get("events", ())]
     if saved or any(e.kind in _PASTED_KINDS for e in events):
         # nvidia-smi output or an environment report beside the log: the card's capacity, before the budget reads it.
         from oomdoctor.inference.facts.pasted import pasted_facts

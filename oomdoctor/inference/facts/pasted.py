@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.base.units import GIB
 from oomdoctor.evidence import family as fam
+from oomdoctor.evidence.parsers import engine_metrics as metrics
 from oomdoctor.evidence.parsers import environment as env
 from oomdoctor.evidence.parsers import nvidia_smi as smi
 from oomdoctor.memory import log_figures
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from oomdoctor.base.evidence import Event, LineRef
     from oomdoctor.inference.facts.store import Facts
 
-KINDS = smi.KINDS | env.KINDS
+KINDS = smi.KINDS | env.KINDS | metrics.KINDS
 # A GPU is one the server uses when one of its processes holds more than a CUDA context there (a rank's
 # weights are many GiB); a worker's stray context on every card (vLLM 0.4's TP workers) is not use.
 SERVER_GPU_BYTES = GIB
@@ -78,6 +79,7 @@ def oom_failing_pid(f: Facts) -> int | None:
 def pasted_facts(f: Facts, events: list[Event]) -> None:
     """The environment report's facts, then the nvidia-smi snapshot's (its GPU figures are the stronger)."""
     _environment_facts(f, events)
+    _metric_facts(f, events)
     snapshot = _snapshot(events)
     if snapshot:
         _smi_gpu_facts(f, snapshot)
@@ -170,3 +172,35 @@ def _smi_process_facts(f: Facts, events: list[Event], snapshot: list[Event]) -> 
         f.set(f"{prefix}_process_bytes", held, *refs[:8])
         f.set(f"{prefix}_pids", tuple(sorted({p.pid for p in group if p.pid is not None})), *refs[:8])
         f.set(f"{prefix}_covers_shortfall", held >= FOREIGN_MATERIAL_BYTES and (shortfall is None or held >= shortfall))
+
+
+# A KV pool this full with requests still waiting: the scheduler stopped admitting them for want of KV
+# (vLLM preempts, SGLang retracts, at the pool's end; a pool nine tenths full is at it, block by block).
+KV_NEARLY_FULL = 0.9
+
+
+def _metric_facts(f: Facts, events: list[Event]) -> None:
+    """The engine's own metrics before the failure: its peak KV use, preemptions and queues (the most of each)."""
+    samples = [e for e in events if e.kind == metrics.KIND_ENGINE_METRIC]
+    if not samples:
+        return
+    for what in ("kv_usage", "preemptions", "waiting", "running"):
+        of = [e for e in samples if e.get("metric") == what]
+        if of:
+            top = max(of, key=lambda e: e.get("value"))
+            value = top.get("value")
+            f.set(f"metrics_{what}", value if what == "kv_usage" else int(value), top.ref)
+    f.set("metrics_engine", samples[0].get("engine"), samples[0].ref)
+    running, preempted = f.get("metrics_running"), f.get("metrics_preemptions")
+    refs = [e.ref for e in samples[:8]]
+    if (running or 0) > 0 or (preempted or 0) > 0:
+        # Requests ran (or were preempted): the server had started and was serving. A scrape is taken
+        # from a live server, so before the failure.
+        f.set("metrics_serving", True, *refs)
+        if f.get("server_ready") is not True:
+            f.set("server_ready", True, *refs)
+    usage, waiting = f.get("metrics_kv_usage"), f.get("metrics_waiting")
+    if (preempted or 0) > 0 or (usage is not None and usage >= KV_NEARLY_FULL and (waiting or 0) > 0):
+        f.set("metrics_kv_pressure", True, *refs)
+    elif usage is not None and usage < KV_NEARLY_FULL and not preempted:
+        f.set("metrics_kv_pressure", False, *refs)

@@ -35,6 +35,8 @@ def torch_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
     f.set("driver_oom", bool(drivers), drivers[-1].ref if drivers else None)
     if drivers:
         f.set("driver_oom_source", drivers[0].get("source"), drivers[0].ref)
+        if drivers[0].get("call"):
+            f.set("driver_oom_call", drivers[0].get("call"), drivers[0].ref)
     _host_facts(f, hosts)
     _host_detail_facts(f, [e for e in events if e.kind == KIND_HOST_DETAIL])
     f.set("oom_count", len(ooms) + len(drivers))

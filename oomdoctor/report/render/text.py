@@ -196,9 +196,14 @@ def render(view: dict) -> str:
         for inc in view["incidents"]:
             out.append(f"  run {inc['run']} at {inc['path']}:{inc['first_line']}: {inc['class']}")
     if view["findings"] and view["findings"][0]["class"] == "unknown_oom" and view["not_evaluated"]:
-        out.append("not evaluated (missing evidence):")
+        # The rules that could still decide it, by the one command that would give each what it lacks.
+        out.append("not evaluated (missing evidence), by what would collect it:")
+        grouped: dict[str, list[str]] = {}
         for item in view["not_evaluated"]:
-            out.append(f"  {item['rule']}: {', '.join(item['missing'])}")
+            for command in item.get("commands") or [""]:
+                grouped.setdefault(command, []).append(f"{item['rule']} ({item.get('class', '?')})")
+        for command, names in grouped.items():
+            out.append(f"  {command or 'the whole log'}: {', '.join(dict.fromkeys(names))}")
     if view.get("implausible_values"):
         out.append(f"note: ignored implausible sizes in the OOM message: {', '.join(view['implausible_values'])}")
     for s in view["inputs"]:
