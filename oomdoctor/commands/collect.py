@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 from oomdoctor.base.errors import InputError, UsageError
 from oomdoctor.base.outcomes import GpuEvidence
 from oomdoctor.evidence.collected import manifest_header
+from oomdoctor.input.kinds import plain_name
 from oomdoctor.live import procinfo
 from oomdoctor.live.nvml import Nvml
 from oomdoctor.live.smi import run_nvidia_smi
-from oomdoctor.report.bundle import copy_chunks, plain_name
+from oomdoctor.report.bundle import copy_chunks
 
 if TYPE_CHECKING:
     from typing import Any

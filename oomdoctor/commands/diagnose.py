@@ -70,7 +70,7 @@ def run(
 
 def default_server(paths: list[str]) -> str:
     """A server's identity from its log's name: the first input's base name without its suffixes ("-" is stdin)."""
-    from oomdoctor.report.bundle import plain_name
+    from oomdoctor.input.kinds import plain_name
 
     first = next((p for p in paths if p != "-"), "")
     name = plain_name(first.rstrip("/\\")) if first else "stdin"

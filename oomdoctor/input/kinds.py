@@ -93,3 +93,8 @@ def is_bundle_dir(path: str) -> bool:
 def is_evidence_file(path: str) -> bool:
     """A file read as evidence rather than as a log: snapshots, JSON, nvidia-smi CSV/XML, monitoring scrapes."""
     return path.endswith((*SNAPSHOT_SUFFIXES, ".json", ".csv", ".xml", *MONITORING_SUFFIXES))
+
+
+def plain_name(path: str) -> str:
+    """A log's file name without its compression suffix (copies are stored decompressed)."""
+    return os.path.basename(path).removesuffix(".gz").removesuffix(".bz2").removesuffix(".xz")

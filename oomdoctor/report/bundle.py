@@ -12,16 +12,12 @@ from collections.abc import Iterator
 
 from oomdoctor.base.errors import InputError
 from oomdoctor.input.files import InputStats, iter_line_chunks
+from oomdoctor.input.kinds import plain_name
 from oomdoctor.input.redact import active as active_redactor
 from oomdoctor.input.redact import redact_text
 from oomdoctor.report.console import safe_output
 
 MAX_INPUT_BYTES = 64 << 20
-
-
-def plain_name(path: str) -> str:
-    """A log's file name without its compression suffix (copies are stored decompressed)."""
-    return os.path.basename(path).removesuffix(".gz").removesuffix(".bz2").removesuffix(".xz")
 
 
 def copy_chunks(path: str, redact: bool) -> Iterator[bytes]:
