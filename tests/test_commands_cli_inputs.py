@@ -254,6 +254,22 @@ def test_diagnose_imports_neither_torch_nor_pynvml() -> None:
     assert '"startup_kv"' in r.stdout
 
 
+def test_a_text_diagnosis_of_a_small_log_loads_only_what_it_uses() -> None:
+    """Start-up is paid by every on-call run: the bundle's zipfile (and shutil, pathlib, bz2, lzma with it), the HTML
+    renderer's jinja2, psutil and the large-chunk scanners load only when an input or an option needs them."""
+    # (pathlib is left out: an editable install's finder loads it.)
+    lazy = ("zipfile", "shutil", "bz2", "lzma", "jinja2", "psutil", "hyperscan", "re2", "prometheus_client")
+    code = (
+        "import sys, runpy\n"
+        f"sys.argv = ['oomdoctor', 'diagnose', {str(SEED)!r}]\n"
+        "try:\n    runpy.run_module('oomdoctor', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        f"sys.stderr.write('LOADED=' + ','.join(m for m in {lazy!r} if m in sys.modules) + '\\n')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert "LOADED=\n" in r.stderr, r.stderr[-500:]
+    assert "VERDICT: startup_kv" in r.stdout
+
+
 @pytest.mark.parametrize("codec", ["gzip", "bz2", "lzma"])
 def test_a_damaged_compressed_log_is_read_up_to_the_damage(run_cli, tmp_path: Path, codec: str) -> None:
     """bz2 and lzma are imported only for such files; their damage is still caught (lzma.LZMAError is not an OSError)."""
