@@ -239,7 +239,8 @@ class Reading:
     ) -> None:
         self.busy = busy
         self.worth = worth
-        self.single = {1 << anchors.index(a): anchors.index(a) for a in repeating if a in anchors}
+        index = {a: i for i, a in enumerate(anchors)}
+        self.single = {1 << index[a]: index[a] for a in repeating if a in index}
         self.repeat_mask = sum(self.single)
         self.keep_first = keep_first
         self.keep_last = keep_last

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 
 ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.ANCHORS + rc.ANCHORS + em.anchors() + pasted.ANCHORS))
+# Each anchor's bit in a scanned line's mask (looked up once per parser of every input, 128 rank files included).
+_ANCHOR_BITS: dict[bytes, int] = {a: 1 << i for i, a in enumerate(ANCHORS)}
 _FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
 
 
@@ -160,7 +163,7 @@ class _Route:
     def __init__(self, parser: _Parser) -> None:
         self.parser = parser
         own = getattr(parser, "ANCHORS", None)
-        self.mask = -1 if own is None or not hasattr(parser, "pending") else sum(1 << ANCHORS.index(a) for a in own)
+        self.mask = -1 if own is None or not hasattr(parser, "pending") else sum(_ANCHOR_BITS[a] for a in own)
         self.needles: tuple[str, ...] = getattr(parser, "NEEDLES", ())
         self.folded: tuple[str, ...] = getattr(parser, "FOLDED_NEEDLES", ())
 
@@ -184,14 +187,22 @@ class _Route:
         return False
 
 
-def _context_worth(parsers: tuple[_Parser, ...]) -> Callable[[bytes], bool]:
-    """Whether a line without an anchor may say something to a parser or the phase step by itself."""
-    needles = {n.encode() for p in parsers for n in getattr(p, "NEEDLES", ())}
-    folded = {n.encode() for p in parsers for n in getattr(p, "FOLDED_NEEDLES", ())} | {n.encode() for n, _ in phase_step.tables().context_needles}
-    everything = any(not hasattr(p, "ANCHORS") for p in parsers)
+@functools.cache
+def _context_needles(kinds: tuple[type, ...]) -> tuple[bool, re.Pattern[bytes] | None, re.Pattern[bytes] | None]:
+    """Whether one of the parser classes reads every line, and one search each for their needles and (lower-cased)
+    folded needles and the phase step's: built once per process, not once per input (a 128-rank incident)."""
+    needles = {n.encode() for k in kinds for n in getattr(k, "NEEDLES", ())}
+    folded = {n.encode() for k in kinds for n in getattr(k, "FOLDED_NEEDLES", ())} | {n.encode() for n, _ in phase_step.tables().context_needles}
+    everything = any(not hasattr(k, "ANCHORS") for k in kinds)
     # One search for any of them (an alternation of literals: a few times faster than a test per literal).
     case = re.compile(b"|".join(re.escape(n) for n in sorted(needles))) if needles else None
     lower = re.compile(b"|".join(re.escape(n) for n in sorted(folded))) if folded else None
+    return everything, case, lower
+
+
+def _context_worth(parsers: tuple[_Parser, ...]) -> Callable[[bytes], bool]:
+    """Whether a line without an anchor may say something to a parser or the phase step by itself."""
+    everything, case, lower = _context_needles(tuple(type(p) for p in parsers))
 
     def worth(physical: bytes) -> bool:
         if everything or not physical.isascii() or b"\x1b" in physical or b"^[" in physical:
