@@ -196,3 +196,13 @@ def test_usage_errors(run_cli, tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"not": "an issue"}')
     assert run_cli("triage", str(bad)).code == 5
+
+
+def test_the_readme_workflow_orders_runs_per_issue_skips_pull_requests_and_pins_a_release() -> None:
+    readme = (REPO / "README.md").read_text()
+    workflow = readme.split("# .github/workflows/oom-triage.yml", 1)[1].split("```", 1)[0]
+    # One concurrency group per issue, queued not cancelled (a cancelled run could leave its reply half-done).
+    assert re.search(r"^concurrency:\n  group: \S*\$\{\{ github\.event\.issue\.number \}\}\n  cancel-in-progress: false$", workflow, re.M)
+    assert "if: ${{ !github.event.issue.pull_request }}" in workflow
+    uses = re.findall(r"uses: (\S+/oomdoctor)@(\S+)", workflow)
+    assert uses and all(ref not in ("main", "master", "HEAD") for _, ref in uses), uses

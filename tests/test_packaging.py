@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -52,3 +53,10 @@ def test_the_license_file_is_the_one_setup_cfg_declares() -> None:
     assert cfg["metadata"]["license"].strip() == "Apache-2.0" and cfg["metadata"]["license_files"].strip() == "LICENSE"
     text = (REPO / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
+
+
+def test_the_changelog_has_the_released_version_and_an_unreleased_section() -> None:
+    from oomdoctor import __version__
+
+    heads = re.findall(r"^## (.+)$", (REPO / "CHANGELOG.md").read_text(), re.M)
+    assert heads[0] == "Unreleased" and __version__ in heads

@@ -115,3 +115,14 @@ def test_without_home_and_display_names() -> None:
     assert without_home(kept) == kept
     names = display_names(["/srv/a/node0/server.log", "/srv/a/node1/server.log", "/tmp/x/other.log"])
     assert names == {"/srv/a/node0/server.log": "node0/server.log", "/srv/a/node1/server.log": "node1/server.log", "/tmp/x/other.log": "other.log"}
+
+
+def test_a_path_quoted_in_prose_is_its_base_name_too(run_cli, tmp_path: Path) -> None:
+    # The multi-node verdict names the first failure's file in a sentence, where Markdown escapes the
+    # underscores: the local path must go there as well as in the code blocks.
+    src = FIXTURES / "multi-node" / "pos_sglang_tp16_two_nodes"
+    local = tmp_path / "home" / "alice" / "pos_two_nodes_run"
+    shutil.copytree(src, local)
+    md = run_cli("diagnose", str(local), "--format", "markdown").out
+    assert "First to fail: node node1 (worker), rank TP9 at 2025-03-07 14:02:13 (node1.log:16)." in md
+    assert str(tmp_path) not in md and "alice" not in md and "pos\\_two\\_nodes\\_run" not in md

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 # A home directory at the start of a path (not inside a URL or a longer path): Linux, macOS, root's, Windows.
 _HOME = re.compile(r"(?<![\w.:/\\-])(?:/home/[^/.\s'\"<>][^/\s'\"<>]*|/Users/[^/\s'\"<>]+|/root(?=/)|[A-Za-z]:\\Users\\[^\\\s'\"<>]+)")
@@ -37,13 +37,19 @@ def display_names(paths: Iterable[str]) -> dict[str, str]:
     return names
 
 
-def local_free(text: str, paths: Iterable[str]) -> str:
-    """``text`` with every input path (as given, or made absolute) replaced by its display name, and no home directory."""
+def local_free(text: str, paths: Iterable[str], escape: Callable[[str], str] | None = None) -> str:
+    """``text`` with every input path (as given, or made absolute) replaced by its display name, and no home directory.
+
+    ``escape``: how the text spells a path in prose (Markdown writes ``pos_a.log`` as ``pos\\_a.log``), so a
+    path quoted in a sentence is found too, not only one in a code block.
+    """
     names = display_names(paths)
     spelled: dict[str, str] = {}
     for path, name in names.items():
-        spelled[path] = name
-        spelled.setdefault(os.path.abspath(path), name)
+        for given in (path, os.path.abspath(path)):
+            spelled.setdefault(given, name)
+            if escape is not None:
+                spelled.setdefault(escape(given), escape(name))
     # Longest first, so /a/b/server.log is not half-replaced by a shorter path that prefixes it.
     for path in sorted(spelled, key=len, reverse=True):
         if path != spelled[path]:

@@ -185,7 +185,7 @@ def render(view: dict) -> str:
     if omitted:
         body.append(f"> Truncated: {omitted} finding detail block(s) left out to stay under {LIMIT} characters; the full report is in the bundle (`--bundle`).")
         body.append("")
-    out = local_free("\n".join([*head, "### Findings", "", *body, *footer]) + "\n", paths)
+    out = local_free("\n".join([*head, "### Findings", "", *body, *footer]) + "\n", paths, escape=escape_markdown_prose)
     if len(out) > LIMIT:
         cut = out[: LIMIT - 200]
         out = cut + f"\n\n> Truncated at {LIMIT - 200} characters (GitHub's issue limit is 65,536).\n"
