@@ -73,6 +73,12 @@ def test_vllm_runtime_bar_draws_the_budget_s_parts_and_the_failure_s_free(run_cl
     kv = next(s for s in bar if s["kind"] == "kv")
     assert kv["width"] == pytest.approx(32.91 * px_per_gib, abs=1.5)
     assert "overcommit" not in " ".join(_chart(measured, "budget-chart")["marks"])
+    # At the recommended u = 0.82 the failure's own peak past the budget (6.32 GiB) is in use again, not free: the free
+    # part past u*total is the 7.11 GiB the margin counts (13.43 GiB past the line in all; before, all drawn free).
+    projected = _by_label(_recommended)
+    assert projected["in use past the budget at the failure"] == pytest.approx(6.32, abs=0.02)
+    assert projected["free but outside u*total (vLLM leaves it unused)"] == pytest.approx(7.11, abs=0.02)
+    assert sum(projected.values()) == pytest.approx(79.19, abs=0.03)
 
 
 def test_vllm_runtime_bar_without_a_profile_does_not_call_u_total_the_kv_pool(run_cli, tmp_path: Path, proxy) -> None:  # noqa: F811

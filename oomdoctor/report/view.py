@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from oomdoctor.base.units import floor_to
+from oomdoctor.base.units import floor_to, gib_text
 from oomdoctor.evidence.readings import Readings
 from oomdoctor.inference import catalogue, classes
 from oomdoctor.inference.facts import Facts
@@ -351,6 +351,27 @@ def _reshapes_weights(d: Diagnosis) -> bool:
     return False
 
 
+def _keep_the_failure_s_peak(projected: dict[str, Any], now: list[dict[str, Any]]) -> None:
+    """A vLLM runtime failure's bar at the recommended u: what was in use past the budget when the allocation
+    failed (the forward pass's own peak) is in use again at the new u, not free, so it is drawn out of the
+    memory past the line; the rest of that memory is what the margin counts as free."""
+    beyond = sum(s["bytes"] for b in now for s in b.get("segments", ()) if s["kind"] == "beyond")
+    outside = next((s for s in projected.get("segments", ()) if s["kind"] == "outside"), None)
+    if not beyond or outside is None:
+        return
+    peak = min(beyond, outside["bytes"])
+    at = projected["segments"].index(outside)
+    projected["segments"][at:at] = [{"kind": "beyond", "label": "in use past the budget at the failure", "bytes": peak}]
+    outside["bytes"] -= peak
+    if outside["bytes"] <= 0:
+        projected["segments"].remove(outside)
+    projected["note"] = (
+        f"{projected.get('note', '').split('; the KV pool')[0]}; the KV pool is what is left of it after the weights and activation peak. "
+        f"Past the line, {gib_text(peak)} is what was in use past the budget when the allocation failed (in use again at this u) "
+        f"and {gib_text(max(outside['bytes'], 0))} is free."
+    )
+
+
 def _recommended_bar(d: Diagnosis, f: Facts) -> dict[str, Any] | None:
     system = f.get("system")
     if _reshapes_weights(d):
@@ -361,6 +382,8 @@ def _recommended_bar(d: Diagnosis, f: Facts) -> dict[str, Any] | None:
     elif system == "vllm":
         u = _recommended_value(d, "--gpu-memory-utilization")
         bars = _vllm_bars(f, util=u) if u is not None else []
+        if bars:
+            _keep_the_failure_s_peak(bars[0], _vllm_bars(f))
     else:
         bars = []
     if not bars:
