@@ -437,7 +437,8 @@ def test_window_not_checked_and_host_steps(run_cli, tmp_path: Path) -> None:
         if "host-oom" in fixture:
             assert view["verdict"]["class"] == "host_oom"
             joined = " ".join(commands)
-            assert "dmesg -T | grep -i -E 'killed process|out of memory'" in joined and "journalctl -k" in joined and "memory.events" in joined
+            # The kernel's record is the evidence line: only whether a cgroup limit did it is left to ask.
+            assert "dmesg -T" not in joined and "journalctl -k" not in joined and "memory.events" in joined
             assert "nvidia-smi" not in joined
 
 

@@ -126,3 +126,19 @@ def test_a_path_quoted_in_prose_is_its_base_name_too(run_cli, tmp_path: Path) ->
     md = run_cli("diagnose", str(local), "--format", "markdown").out
     assert "First to fail: node node1 (worker), rank TP9 at 2025-03-07 14:02:13 (node1.log:16)." in md
     assert str(tmp_path) not in md and "alice" not in md and "pos\\_two\\_nodes\\_run" not in md
+
+
+def test_a_host_oom_does_not_ask_for_the_record_it_quotes(run_cli, tmp_path: Path) -> None:
+    """The kernel's 'Out of memory: Killed process' line is in the paste: dmesg and journalctl are not asked for it
+    again (before, "Not checked" listed both); whether a cgroup limit did it is still asked, and a pasted
+    memory.events with oom_kill > 0 answers that too."""
+    res = run_cli("diagnose", str(FIXTURES / "host-oom" / "pos_kernel_killer.log"), "--format", "json")
+    assert res.json["verdict"]["class"] == "host_oom"
+    md = run_cli("diagnose", str(FIXTURES / "host-oom" / "pos_kernel_killer.log"), "--format", "markdown").out
+    unchecked = md.split("### Not checked", 1)[1]
+    assert "dmesg -T" not in unchecked and "journalctl -k" not in unchecked
+    assert "cat /sys/fs/cgroup/memory.events" in unchecked
+    log = tmp_path / "cgroup.log"
+    log.write_text((FIXTURES / "host-oom" / "pos_kernel_killer.log").read_text() + "oom_kill 1\n")
+    md = run_cli("diagnose", str(log), "--format", "markdown").out
+    assert "### Not checked" not in md  # both records are in the paste: nothing host-side is left to ask

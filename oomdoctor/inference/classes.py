@@ -27,6 +27,8 @@ class HostStep(NamedTuple):
     fact: str
     what: str
     command: str
+    # The host_kill_source values whose record already says this: then the step is not asked for.
+    answered_by: tuple[str, ...] = ()
 
 
 class ClassCatalogue(NamedTuple):
@@ -54,4 +56,4 @@ def load() -> ClassCatalogue:
     unknown = {c for spec in classes.values() for c in spec.companions} - set(classes)
     if unknown:
         raise ValueError(f"data/classes.toml: companions name unknown classes: {sorted(unknown)}")
-    return ClassCatalogue(classes=classes, host_steps=tuple(HostStep(**s) for s in data.get("host_steps", ())))
+    return ClassCatalogue(classes=classes, host_steps=tuple(HostStep(**{**s, "answered_by": tuple(s.get("answered_by", ()))}) for s in data.get("host_steps", ())))

@@ -551,7 +551,12 @@ def _unchecked(d: Diagnosis) -> list[dict[str, Any]]:
     spec = known_classes.get(d.verdict_class)
     if spec is not None and spec.host_steps:
         # Decided by the kernel's and the container's records, not by the GPU: these replace the GPU commands.
-        return [{"fact": s.fact, "facts": [s.fact], "what": s.what, "command": s.command} for s in known_classes.host_steps]
+        sources = set(d.facts.get("host_kill_sources") or ()) if d.facts is not None else set()
+        return [
+            {"fact": s.fact, "facts": [s.fact], "what": s.what, "command": s.command}
+            for s in known_classes.host_steps
+            if not sources & set(s.answered_by)
+        ]
     missing: list[str] = []
     for item in d.not_evaluated:
         for name in item["missing"]:

@@ -56,6 +56,7 @@ def _host_facts(f: Facts, hosts: list[Event]) -> None:
         f.set("host_kill_signal", True, hosts[-1].ref)
     if strong_host:
         f.set("host_kill_source", strong_host[-1].get("source"), strong_host[-1].ref)
+        f.set("host_kill_sources", list(dict.fromkeys(e.get("source") for e in strong_host)), *(e.ref for e in strong_host[-8:]))
     killed = [e for e in hosts if e.get("rss_bytes")]
     if killed:
         f.set("host_killed_rss_bytes", killed[-1].get("rss_bytes"), killed[-1].ref)
