@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import pytest
 
@@ -178,3 +179,27 @@ def test_reviewed_library_texts_name_their_source(sources: dict, messages: list)
     reviewed = {(m["engine"], m["template"]) for m in table["message"]}
     assert reviewed <= {(m["engine"], m["template"]) for m in messages}
     assert all(m.get("override") for m in messages if (m["engine"], m["template"]) in reviewed)
+
+
+def _releases_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("knowledge_releases", REPO / "tools" / "knowledge" / "releases.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_long_minor_series_gets_its_middle_release_and_the_offline_run_reads_what_the_cache_holds() -> None:
+    """SGLang's 0.5 ran to 0.5.23 and changed inside it: its middle release is read too; a short series only its
+    ends. Offline, the cache's releases are read as they are (the middle one cannot be told from three files)."""
+    rel = _releases_module()
+    long_series = [f"0.5.{n}" for n in range(1, 24)] + ["0.5.3rc1"]
+    short = ["0.4.0", "0.4.1", "0.4.2"]
+    assert rel.select(long_series + short, (0, 1)) == ["0.4.0", "0.4.2", "0.5.1", "0.5.12", "0.5.23"]
+    assert rel.select([f"0.6.{n}" for n in range(8)], None) == ["0.6.0", "0.6.7"]  # 8 finals: not long
+    cached = ["0.4.0", "0.4.2", "0.5.1", "0.5.12", "0.5.23"]
+    assert rel.every_final(cached, (0, 1)) == cached
+    assert rel.every_final(cached, (0, 5)) == ["0.5.1", "0.5.12", "0.5.23"]

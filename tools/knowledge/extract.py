@@ -245,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             print(notes[-1], file=sys.stderr)
             continue
         last = releases.QUICK_MINORS if args.quick and engine.name in ("sglang", "vllm") else None
-        plan.append((engine, releases.select(versions, engine.first_minor, last)))
+        pick = releases.every_final if args.offline else releases.select
+        plan.append((engine, pick(versions, engine.first_minor, last)))
 
     sources: dict[str, dict] = {}
     messages: list[dict] = []

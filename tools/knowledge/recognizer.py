@@ -83,7 +83,31 @@ def build(messages: list[dict]) -> list[dict]:
                 "releases": releases_span(m["releases"]),
             }
         )
-    return out
+    return _one_per_text(out)
+
+
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v))
+
+
+def _one_per_text(entries: list[dict]) -> list[dict]:
+    """One entry per message text: the same words with other placeholder names (a variable renamed between
+    releases) are one message, named as the newest release names it, spanning every release of both."""
+    kept: dict[tuple[str, str], dict] = {}
+    order: list[tuple[str, str]] = []
+    for e in entries:
+        key = (e["engine"], PLACEHOLDER.sub(lambda m: "{:" + m.group(0).rsplit(":", 1)[1], e["template"]))
+        other = kept.get(key)
+        if other is None:
+            kept[key] = e
+            order.append(key)
+            continue
+        spans = [r.split("..") for r in (other["releases"], e["releases"])]
+        first = min((s[0] for s in spans), key=_version)
+        last = max((s[-1] for s in spans), key=_version)
+        newest = e if _version(e["releases"].split("..")[-1]) > _version(other["releases"].split("..")[-1]) else other
+        kept[key] = {**newest, "releases": first if first == last else f"{first}..{last}"}
+    return [kept[k] for k in order]
 
 
 def render(entries: list[dict]) -> str:

@@ -2,7 +2,7 @@
 
 The selection rule lives here (not in a hand-kept list) so a rerun picks the same releases from the
 same index: the first and the last final release of every minor series from an engine's first
-minor of interest on. Pre-releases (rc, dev, a, b) are left out: servers in the field run finals.
+minor of interest on, and the middle one of a series of LONG_SERIES finals or more. Pre-releases (rc, dev, a, b) are left out: servers in the field run finals.
 """
 
 from __future__ import annotations
@@ -55,8 +55,13 @@ def is_final(version: str) -> bool:
     return _FINAL.match(version) is not None
 
 
+# A minor series this long changed within it (SGLang's 0.5 ran to 0.5.23; piecewise graph capture's
+# "Capturing num tokens" lived only between its ends): its middle final release is read too.
+LONG_SERIES = 9
+
+
 def select(versions: list[str], first_minor: tuple[int, int] | None, last_minors: int | None = None) -> list[str]:
-    """First and last final release of each minor series, oldest first."""
+    """First and last final release of each minor series (and the middle one of a long series), oldest first."""
     by_minor: dict[tuple[int, int], list[str]] = {}
     for v in versions:
         if not is_final(v):
@@ -73,7 +78,19 @@ def select(versions: list[str], first_minor: tuple[int, int] | None, last_minors
     for minor in minors:
         series = sorted(by_minor[minor], key=version_key)
         chosen.update((series[0], series[-1]))
+        if len(series) >= LONG_SERIES:
+            chosen.add(series[len(series) // 2])
     return sorted(chosen, key=version_key)
+
+
+def every_final(versions: list[str], first_minor: tuple[int, int] | None, last_minors: int | None = None) -> list[str]:
+    """Every final release of the minors ``select`` reads, oldest first: the offline run reads what the cache
+    holds, which is what an online run's ``select`` fetched (its middle releases cannot be told from the cache)."""
+    finals = [v for v in versions if is_final(v) and (first_minor is None or version_key(v)[:2] >= first_minor)]
+    minors = sorted({version_key(v)[:2] for v in finals})
+    if last_minors is not None:
+        minors = minors[-last_minors:]
+    return sorted((v for v in finals if version_key(v)[:2] in minors), key=version_key)
 
 
 def _pip(*args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
