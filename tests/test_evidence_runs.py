@@ -68,3 +68,38 @@ def test_engine_config_crash_loop_is_compacted_and_lists_every_incident(run_cli,
     single = run_cli("diagnose", str(VLLM_ENGINE_ONLY), "--format", "json").json
     assert {i["class"] for i in d["incidents"]} == {single["verdict"]["class"]}
     assert d["verdict"]["class"] == single["verdict"]["class"]
+
+
+def _ranked(kind: str, line: int, rank: str | None) -> Event:
+    return Event(kind, (LineRef(path="x.log", line=line, rank=rank, text=kind),), {})
+
+
+def test_start_up_line_after_a_failure_with_another_failure_after_it_is_a_restart() -> None:
+    path = FIXTURES / "vllm-cuda-graph-oom" / "pos_v0_second_attempt_pasted.log"
+    runs = split_runs([read_events(str(path), InputStats(path=str(path)))])
+    assert [r.number for r in runs] == [1, 2]
+    # The second attempt starts at its weights line (line 5), not at the first failure's neighbours.
+    assert runs[1].events[0].kind == vl.KIND_WEIGHTS and runs[1].events[0].refs[0].line == 5
+    assert [e.kind for e in runs[0].events if e.kind == vl.KIND_ONE_REQUEST] and not runs[1].of(vl.KIND_ONE_REQUEST)
+
+
+def test_start_up_lines_after_the_only_failure_stay_in_its_run() -> None:
+    # The error pasted above the log it came from: nothing fails after the start-up lines.
+    path = FIXTURES / "vllm-startup-kv" / "pos_v0_error_pasted_above_log.log"
+    runs = split_runs([read_events(str(path), InputStats(path=str(path)))])
+    assert len(runs) == 1 and runs[0].first(vl.KIND_PROFILE_V0_RESULTS) is not None
+
+
+def test_restart_needs_the_failing_rank_and_keeps_later_run_numbers_in_order() -> None:
+    events = [
+        _ranked(sg.KIND_SERVER_ARGS, 1, None),
+        _ranked(sg.KIND_NOT_ENOUGH, 2, "TP0"),  # TP0 fails
+        _ranked(sg.KIND_LOAD_END, 3, "TP1"),  # another rank still finishing its load: same run
+        _ranked(sg.KIND_NOT_ENOUGH, 4, "TP1"),
+        _ranked(sg.KIND_LOAD_BEGIN, 5, "TP0"),  # TP0 loads again after failing, and fails again: a restart
+        _ranked(sg.KIND_NOT_ENOUGH, 6, "TP0"),
+        _ranked(sg.KIND_SERVER_ARGS, 7, None),  # a logged restart: after the found one
+        _ranked(sg.KIND_LOAD_BEGIN, 8, "TP0"),
+    ]
+    runs = split_runs([events])
+    assert [(r.number, [e.refs[0].line for e in r.events]) for r in runs] == [(1, [1, 2, 3, 4]), (2, [5, 6]), (3, [7, 8])]

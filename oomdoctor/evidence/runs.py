@@ -22,6 +22,31 @@ RUN_START_KINDS = frozenset({sg.KIND_SERVER_ARGS, vl.KIND_ARGS})
 RUN_MARKER_KINDS = RUN_START_KINDS | {vl.KIND_ENGINE_CONFIG}
 
 
+# Lines a server prints once per start, on the way to serving (weights, the memory profile, the KV pool,
+# graph capture). One of them after a failure of its run, from the same rank, with another failure after
+# it, is the server started again (a paste of two attempts, the second one's arguments not pasted): no run
+# goes on past a failure it reported to load its weights or size its KV cache once more.
+RESTART_KINDS = frozenset(
+    {
+        sg.KIND_INIT_DIST_END,
+        sg.KIND_LOAD_BEGIN,
+        sg.KIND_LOAD_END,
+        sg.KIND_KV_ALLOCATED,
+        sg.KIND_POOL_END,
+        sg.KIND_GRAPH_BEGIN,
+        vl.KIND_LOAD_START,
+        vl.KIND_WEIGHTS,
+        vl.KIND_PROFILE_TOTAL,
+        vl.KIND_PROFILE_BREAKDOWN,
+        vl.KIND_PROFILE_V1,
+        vl.KIND_INITIAL_FREE,
+        vl.KIND_KV_AVAILABLE,
+        vl.KIND_KV_TOKENS,
+        vl.KIND_GPU_BLOCKS,
+        vl.KIND_GRAPH_BEGIN,
+    }
+)
+
 # The value a compacted run's start event carries when identical runs after it were collapsed into it.
 COLLAPSED_RUNS = "collapsed_runs"
 
@@ -142,7 +167,7 @@ def split_runs(events_per_input: list[list[Event]]) -> list[Run]:
     Machine state pasted in one run (a bug report's environment section above a log whose first lines
     the segmenter reads as two starts) is given to the runs that hold none, ahead of their own events.
     """
-    runs = _segment(events_per_input)
+    runs = _split_restarts(_segment(events_per_input))
     state = [e for run in runs for e in run.events if e.kind in MACHINE_STATE_KINDS]
     if state and len(runs) > 1:
         for run in runs:
@@ -164,6 +189,31 @@ def _segment(events_per_input: list[list[Event]]) -> list[Run]:
                 run.repeats += collapsed
                 segmenter.skip(collapsed)
     return [runs[k] for k in sorted(runs)]
+
+
+def _restart_at(events: list[Event]) -> int | None:
+    """Where a run's events show the server starting again: the first start-up line after a failure, from
+    the failing rank, that another failure follows (``RESTART_KINDS``); None when there is none."""
+    failed_ranks: set[str | None] = set()
+    for i, event in enumerate(events):
+        if is_oom_event(event):
+            failed_ranks.add(event.rank)
+        elif event.kind in RESTART_KINDS and event.rank in failed_ranks and any(is_oom_event(e) for e in events[i + 1 :]):
+            return i
+    return None
+
+
+def _split_restarts(runs: list[Run]) -> list[Run]:
+    out: list[Run] = []
+    added = 0  # a run found inside another pushes the later ones' numbers up by one
+    for run in runs:
+        events = run.events
+        while (cut := _restart_at(events)) is not None:
+            out.append(Run(run.number + added, events[:cut]))
+            events = events[cut:]
+            added += 1
+        out.append(Run(run.number + added, events, run.repeats))
+    return out
 
 
 def dedupe_ooms(events: list[Event]) -> list[Event]:
