@@ -159,3 +159,15 @@ def test_needles_are_required_and_lower_case() -> None:
             assert "needles" in str(e)
             continue
         raise AssertionError(f"needles {bad!r} accepted")
+
+
+def test_frame_paths_are_read_from_the_installed_package_on() -> None:
+    # The directories above site-packages are the user's: a conda environment named "whisperx" is not
+    # the whisper audio encoder (vLLM 0.11's engine start-up, as a public paste shows it).
+    env = "/home/u/miniconda3/envs/whisperx/lib/python3.12/site-packages"
+    start_up = [(f"{env}/vllm/v1/engine/core.py", "run_engine_core"), (f"{env}/vllm/v1/executor/multiproc_executor.py", "get_response")]
+    assert phase.classify_frames(start_up) is None
+    assert phase.package_path(f"{env}/vllm/v1/engine/core.py") == "/vllm/v1/engine/core.py"
+    # The same path rule still sees an encoder inside the package, and a source checkout is read whole.
+    assert phase.classify_frames([(f"{env}/whisper/model.py", "forward")]) == "encoder"
+    assert phase.package_path("/workspace/sglang/python/sglang/srt/models/qwen2_vl.py") == "/workspace/sglang/python/sglang/srt/models/qwen2_vl.py"

@@ -153,10 +153,22 @@ def tables() -> Tables:
     return parse_tables(built_in.table("phases.toml"))
 
 
+_INSTALL_ROOTS = ("site-packages", "dist-packages")
+
+
+def package_path(path: str) -> str:
+    """A frame's file path from its installed package on ("/vllm/v1/engine/core.py"): the directories
+    above it are the user's (an environment named "whisperx" is no audio encoder). A path outside any
+    install root (a source checkout) is kept whole."""
+    cut = max(path.rfind(root) for root in _INSTALL_ROOTS)
+    return path[cut + len("site-packages") :] if cut >= 0 else path
+
+
 def classify_frames(frames: tuple[tuple[str, str], ...] | list[tuple[str, str]] | None) -> str | None:
     """The phase named by a traceback's frames (file, function), or None."""
     if not frames:
         return None
+    frames = [(package_path(path), func) for path, func in frames]
     for rule in tables().frames:
         for path, func in frames:
             func_hit = rule.func is not None and rule.func.search(func) and (rule.within is None or rule.within.search(path))
