@@ -64,7 +64,7 @@ def _host_facts(f: Facts, hosts: list[Event]) -> None:
 
 def _host_detail_facts(f: Facts, details: list[Event]) -> None:
     """kubectl's figures around a killed container: its memory limit, restarts and exit code (the last of each)."""
-    for key, fact in (("memory_limit_bytes", "host_memory_limit_bytes"), ("restart_count", "host_restart_count"), ("exit_code", "host_exit_code"), ("cgroup_oom_kills", "cgroup_oom_kills")):
+    for key, fact in (("memory_limit_bytes", "host_memory_limit_bytes"), ("restart_count", "host_restart_count"), ("exit_code", "container_exit_code"), ("cgroup_oom_kills", "cgroup_oom_kills")):
         found = [e for e in details if e.get(key) is not None]
         if found:
             f.set(fact, found[-1].get(key), found[-1].ref)
