@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.base import built_in
 from oomdoctor.base.evidence import Event, LineRef
+from oomdoctor.evidence import phase_map
 from oomdoctor.input.patterns import LazyRegex
 
 if TYPE_CHECKING:
@@ -57,6 +58,15 @@ class Tables(NamedTuple):
     frames: tuple[FrameRule, ...]
     context: tuple[ContextRule, ...]
     milestones: dict[str, str]
+    # The generated phase map's vocabulary -> this table's phases, for a frame ("" decides nothing).
+    frame_map: dict[str, str]
+    # The same for a module's own phase, which a frame whose function the map does not list falls back to.
+    module_map: dict[str, str]
+    # Which phase a traceback's frames name when several name one: earlier wins.
+    precedence: tuple[str, ...]
+    # A phase of this table that is a finer kind of one the map's vocabulary has (weight_creation of
+    # weight_loading): a [[frames]] entry naming it for a frame replaces the map's coarser phase there.
+    refines: dict[str, str]
     # Every context pattern in one alternation, for a line that is not ASCII (where lower-casing is not
     # how the patterns' (?i) compares): one search says no where a search per rule took ~13.
     any_context: LazyRegex | None = None
@@ -129,7 +139,27 @@ def parse_tables(data: dict[str, Any]) -> Tables:
         for needle in rule.needles:
             by_needle.setdefault(needle, []).append(i)
     any_needle = _lazy("|".join(re.escape(n) for n in sorted(by_needle))) if by_needle else None
-    return Tables(phases, frames, context, milestones, any_context, tuple((n, tuple(ids)) for n, ids in by_needle.items()), any_needle)
+    spec = data.get("frame_map", {})
+    frame_map = {generated: (known(ours, "frame_map") if ours else "") for generated, ours in spec.get("phases", {}).items()}
+    module_map = {generated: (known(ours, "frame_map") if ours else "") for generated, ours in spec.get("module_phases", {}).items()}
+    precedence = tuple(known(name, "frame_map.precedence") for name in spec.get("precedence", ()))
+    refines = {known(fine, "frame_map.refines"): known(coarse, "frame_map.refines") for fine, coarse in spec.get("refines", {}).items()}
+    missing = {rule.phase for rule in frames} - set(precedence)
+    if missing:
+        raise ValueError(f"phases.toml: frame_map.precedence: frame phases without a place: {sorted(missing)}")
+    return Tables(
+        phases,
+        frames,
+        context,
+        milestones,
+        frame_map,
+        module_map,
+        precedence,
+        refines,
+        any_context,
+        tuple((n, tuple(ids)) for n, ids in by_needle.items()),
+        any_needle,
+    )
 
 
 def _needles(entry: dict[str, Any]) -> tuple[str, ...]:
@@ -165,16 +195,60 @@ def package_path(path: str) -> str:
 
 
 def classify_frames(frames: tuple[tuple[str, str], ...] | list[tuple[str, str]] | None) -> str | None:
-    """The phase named by a traceback's frames (file, function), or None."""
+    """The phase named by a traceback's frames (file, function), or None.
+
+    Each frame names phases three ways, strongest first: its function's own (the generated map's root
+    or name phase for that function in that module, or a [[frames]] entry: a finer phase an entry names
+    replaces the map's coarser one, ``frame_map.refines``); the phase the map's call graph gives it from a
+    root that calls it; its module's phase in the map. The strongest kind any frame has decides: among
+    own phases the earliest in ``frame_map.precedence`` (a forward inside graph capture is a capture
+    failure), among borrowed and module phases the deepest frame's (the call nearest the failure).
+    """
     if not frames:
         return None
-    frames = [(package_path(path), func) for path, func in frames]
-    for rule in tables().frames:
-        for path, func in frames:
+    found = tables()
+    rank = {name: i for i, name in enumerate(found.precedence)}
+    own: set[str] = set()
+    borrowed: str | None = None
+    by_module: str | None = None
+    for full_path, func in frames:
+        path = package_path(full_path)
+        hand = set()
+        for rule in found.frames:
             func_hit = rule.func is not None and rule.func.search(func) and (rule.within is None or rule.within.search(path))
             if func_hit or (rule.path is not None and rule.path.search(path)):
-                return rule.phase
-    return None
+                hand.add(rule.phase)
+        mapped = phase_map.frame(full_path, func) if full_path.endswith(".py") else None
+        if mapped is None:
+            own |= hand
+            continue
+        own_phases = _ours(mapped[0], found.frame_map)
+        calls_phases = _ours(mapped[1], found.frame_map)
+        if len(own_phases) == 1:
+            coarse = next(iter(own_phases))
+            finer = {p for p in hand if found.refines.get(p) == coarse}
+            own |= finer or own_phases
+            continue
+        own |= hand
+        if own_phases or len(calls_phases) > 1:
+            continue  # several phases (other classes, other releases): the frame names none
+        if calls_phases:
+            borrowed = next(iter(calls_phases))
+        elif found.module_map.get(mapped[2]) and func not in _NOT_THE_MODULES:
+            by_module = found.module_map[mapped[2]]
+    if own:
+        return min(own, key=rank.__getitem__)
+    return borrowed or by_module
+
+
+# A constructor runs where its object is built (a scheduler's at start-up), not in the phase its module's
+# functions run in; a module's body and comprehensions say nothing of their own.
+_NOT_THE_MODULES = frozenset({"__init__", "<module>", "<listcomp>", "<genexpr>", "<dictcomp>", "<lambda>"})
+
+
+def _ours(generated: frozenset[str], frame_map: dict[str, str]) -> set[str]:
+    """The phases of this table a set of the generated map's phases is (those that decide something)."""
+    return {frame_map[g] for g in generated if frame_map.get(g)}
 
 
 # Ray's log deduplication prints the first of a run of similar lines at once and the rest, up to five

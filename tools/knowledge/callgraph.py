@@ -122,7 +122,7 @@ def phase_map(engine: str, modules: list[dict]) -> Iterator[tuple[str, str, str,
         if i in phase:
             yield module, qualname, phase[i][0], phase[i][1]
             continue
-        by_name = _by_name(qualname, module)
+        by_name = phase_by_name(qualname, module)
         if by_name != "unknown":
             yield module, qualname, by_name, "name"
         else:
@@ -155,7 +155,7 @@ class _Indexes:
                 yield from self.by_method.get(call, ())
 
 
-def _by_name(qualname: str, module: str) -> str:
+def phase_by_name(qualname: str, module: str) -> str:
     # A model file's constructors create the parameters: that is weight creation, part of loading.
     if ".models." in module + "." and qualname.endswith("__init__"):
         return "weight_loading"

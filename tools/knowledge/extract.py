@@ -27,6 +27,7 @@ sys.path.insert(0, str(HERE))
 
 import callgraph  # noqa: E402
 import classify  # noqa: E402
+import frame_phases  # noqa: E402
 import recognizer  # noqa: E402
 import releases  # noqa: E402
 import scan  # noqa: E402
@@ -302,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     func_lines = [_dump(row) for eng in sorted(functions) for row in functions[eng]]
     (args.out / "phases.json").write_text(_lines(func_lines, "[", "]"))
     recognizer.write(args.out)  # the recognizer's table of failure messages, from the messages just written
-    for name in ("sources.json", "messages.json", "phases.json", "recognizer.json"):
+    frame_phases.write(args.out)  # the phase map as the run time looks frames up in it, from the map just written
+    for name in ("sources.json", "messages.json", "phases.json", "recognizer.json", "frame_phases.tsv"):
         print(f"{name}: {(args.out / name).stat().st_size / 1e6:.2f} MB", file=sys.stderr)
     return 0
 
