@@ -126,3 +126,15 @@ def test_the_map_is_read_only_for_a_traceback_with_engine_frames() -> None:
     assert phase_map._text.cache_info().currsize == 0
     phase.classify_frames([(SITE + "vllm/worker/worker.py", "initialize_cache")])
     assert phase_map._text.cache_info().currsize == 1
+
+
+def test_every_module_line_is_found_and_no_other() -> None:
+    """The look-up is a binary search over the file's sorted lines: every module the file holds is found."""
+    lines = phase_map._text().split(b"\n")[1:-1]
+    assert lines == sorted(lines)
+    for line in lines:
+        name = line.split(b"\t", 1)[0].decode()
+        found = phase_map.module(name)
+        assert found is not None and found.phase == line.split(b"\t")[1].decode(), name
+    for absent in ("a", "sglang.srt.model_executor.model_runner_v9", "vllm.v1.worker.gpu_model_runne", "zzz"):
+        assert phase_map.module(absent) is None, absent
