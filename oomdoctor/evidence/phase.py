@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from oomdoctor.base import built_in
 from oomdoctor.base.evidence import Event, LineRef
 from oomdoctor.evidence import phase_map
+from oomdoctor.evidence.phase_map import package_path
 from oomdoctor.input.patterns import LazyRegex
 
 if TYPE_CHECKING:
@@ -181,17 +182,6 @@ def _scoped(source: str) -> str:
 @functools.cache
 def tables() -> Tables:
     return parse_tables(built_in.table("phases.toml"))
-
-
-_INSTALL_ROOTS = ("site-packages", "dist-packages")
-
-
-def package_path(path: str) -> str:
-    """A frame's file path from its installed package on ("/vllm/v1/engine/core.py"): the directories
-    above it are the user's (an environment named "whisperx" is no audio encoder). A path outside any
-    install root (a source checkout) is kept whole."""
-    cut = max(path.rfind(root) for root in _INSTALL_ROOTS)
-    return path[cut + len("site-packages") :] if cut >= 0 else path
 
 
 def classify_frames(frames: tuple[tuple[str, str], ...] | list[tuple[str, str]] | None) -> str | None:

@@ -17,9 +17,7 @@ from typing import NamedTuple
 from oomdoctor.base.built_in import DATA_DIR
 
 PATH = os.path.join(DATA_DIR, "knowledge", "frame_phases.tsv")
-# Where an installed package's files start in a frame's path; a checkout has no such folder, and there
-# the last folder named like an engine's package is where its modules start (…/sglang/python/sglang/srt/…).
-_INSTALL_DIRS = ("site-packages/", "dist-packages/")
+_INSTALL_ROOTS = ("site-packages", "dist-packages")
 
 
 class ModulePhases(NamedTuple):
@@ -69,17 +67,25 @@ def _line(data: bytes, key: bytes) -> bytes | None:
     return line if line.startswith(key) else None
 
 
+def package_path(path: str) -> str:
+    """A frame's file path from its installed package on ("/vllm/v1/engine/core.py"): the directories
+    above it are the user's (an environment named "whisperx" is no audio encoder). A path outside any
+    install root (a source checkout) is kept whole."""
+    cut = max(path.rfind(root) for root in _INSTALL_ROOTS)
+    return path[cut + len("site-packages") :] if cut >= 0 else path
+
+
 def module_of(path: str) -> str | None:
     """The dotted module of a frame's file under one of the engines' packages, or None."""
     if not path.endswith(".py"):
         return None
     path = path.replace("\\", "/")
-    for marker in _INSTALL_DIRS:
-        at = path.rfind(marker)
-        if at >= 0:
-            parts = path[at + len(marker) :].split("/")
-            break
+    installed = package_path(path)
+    if installed != path:
+        parts = installed.lstrip("/").split("/")
     else:
+        # A checkout: the last folder named like an engine's package is where its modules start
+        # (…/sglang/python/sglang/srt/…).
         parts = path.split("/")
         known = packages()
         starts = [i for i, part in enumerate(parts) if part in known]
