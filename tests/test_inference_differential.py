@@ -168,3 +168,32 @@ def test_a_forward_frame_inside_a_graph_capture_is_the_captures(tmp_path: Path) 
     assert served["phase"] == "serving" and served.get("timeline_stage") != "cuda_graph"
     classes = [c.klass for c in df.differential(served)]
     assert "cuda_graph" not in classes and classes[0] == "runtime_activation"
+
+
+def test_ggmls_allocator_says_whether_the_failed_buffer_was_activations_or_tensors() -> None:
+    # ggml_gallocr_reserve_n reserves a compute graph's buffer (ollama/ollama#4225's lines): activations,
+    # after the weights and the KV cache were placed.
+    compute = _facts_of(FIXTURES / "unknown-oom" / "ggml_compute_buffer.log")
+    assert (compute["driver_oom_source"], compute["ggml_buffer_usage"]) == ("ggml_cuda_malloc", "compute")
+    got = df.differential(compute)
+    assert {got[0].klass, got[1].klass} == {"runtime_activation", "encoder_starvation"} and got[0].likelihood == got[1].likelihood
+    assert got[2].likelihood < got[1].likelihood / 3
+    odds = {c.klass: c for c in got}
+    assert "weights_dont_fit" not in odds or odds["weights_dont_fit"].evidence_against
+    # Near miss: the same backend failure under alloc_tensor_range (ggml-org/llama.cpp#20431's lines):
+    # a context's own tensors, the weights or the KV cache; the activation classes go down.
+    tensors = _facts_of(FIXTURES / "unknown-oom" / "ggml_tensor_buffer.log")
+    assert tensors["ggml_buffer_usage"] == "tensors"
+    got = df.differential(tensors)
+    assert {got[0].klass, got[1].klass} == {"weights_dont_fit", "startup_kv"}
+    assert all(c.klass not in ("runtime_activation", "encoder_starvation") or c.evidence_against for c in got)
+    # Without the allocator's line (the backend's alone): no step, the activation classes lower.
+    bare = {k: v for k, v in compute.items() if k != "ggml_buffer_usage"}
+    assert df.differential(bare)[0].likelihood < df.differential(compute)[0].likelihood
+
+
+def test_a_ggml_allocator_line_far_from_the_failure_is_another_failures(tmp_path: Path) -> None:
+    lines = (FIXTURES / "unknown-oom" / "ggml_compute_buffer.log").read_text(encoding="utf-8").splitlines()
+    log = tmp_path / "apart.log"
+    log.write_text("\n".join([lines[0], *["srv  update_slots: all slots are idle"] * 5, lines[1]]) + "\n", encoding="utf-8")
+    assert "ggml_buffer_usage" not in _facts_of(log)
