@@ -175,6 +175,8 @@ def test_ggmls_allocator_says_whether_the_failed_buffer_was_activations_or_tenso
     # after the weights and the KV cache were placed.
     compute = _facts_of(FIXTURES / "unknown-oom" / "ggml_compute_buffer.log")
     assert (compute["driver_oom_source"], compute["ggml_buffer_usage"]) == ("ggml_cuda_malloc", "compute")
+    # The allocator's line is the failure's own, not log around it: three lines are still a quoted fragment.
+    assert compute["evidence_status"] == "fragment"
     got = df.differential(compute)
     assert {got[0].klass, got[1].klass} == {"runtime_activation", "encoder_starvation"} and got[0].likelihood == got[1].likelihood
     assert got[2].likelihood < got[1].likelihood / 3
