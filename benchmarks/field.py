@@ -5,8 +5,10 @@
 Prints accuracy (the verdict class equals the label; `not_oom` means the verdict `none`), the
 confident-wrong count (a wrong class at confidence >= 0.7), a per-class table, and how the
 differential of the `unknown_oom` verdicts does: the label among its first two candidates (cases
-whose label names a class), among the candidates tied for first or second place, and any first
-candidate of likelihood >= 0.7 that is not the label. The corpus is a
+whose label names a class), the same where the evidence put it there (its likelihood above the third
+candidate's: equal odds are listed in a fixed order, phases.toml's likely class then the name, and a
+label placed second by that order alone is not counted), among the candidates tied for first or second
+place, and any first candidate of likelihood >= 0.7 that is not the label. The corpus is a
 check, not a tuning target: thresholds are argued in the code from first principles and fixtures.
 """
 
@@ -37,7 +39,7 @@ def main() -> int:
     confident_wrong: list[str] = []
     per_class: dict[str, Counter[str]] = defaultdict(Counter)
     incomplete_right = incomplete_total = 0
-    diff_total = diff_top_two = diff_tied = 0
+    diff_total = diff_top_two = diff_tied = diff_by_evidence = 0
     diff_confident_wrong: list[str] = []
     for meta_path in cases:
         meta = tomllib.loads(meta_path.read_text())
@@ -55,7 +57,11 @@ def main() -> int:
                 diff_confident_wrong.append(f"{meta_path.stem}: {differential[0]['class']} at {differential[0]['likelihood']:.2f}, label {want}")
             if want not in ("unknown_oom", "none"):
                 diff_total += 1
-                diff_top_two += want in [c["class"] for c in differential[:2]]
+                top_two = want in [c["class"] for c in differential[:2]]
+                diff_top_two += top_two
+                # In the first two by the evidence: above every candidate past the second, not level with one.
+                third = differential[2]["likelihood"] if len(differential) > 2 else -1.0
+                diff_by_evidence += top_two and next(c["likelihood"] for c in differential if c["class"] == want) > third
                 # Candidates tied with the second are as likely as it: a tie is not an order.
                 second = differential[min(1, len(differential) - 1)]["likelihood"]
                 diff_tied += want in [c["class"] for c in differential if c["likelihood"] >= second]
@@ -80,6 +86,7 @@ def main() -> int:
         print(f"  {line}")
     if diff_total:
         print(f"unknown_oom differential: label in the first two {diff_top_two}/{diff_total} = {diff_top_two / diff_total:.2f}; among those tied for the first two places {diff_tied}/{diff_total} = {diff_tied / diff_total:.2f}")
+        print(f"unknown_oom differential: label in the first two by the evidence (above the third, not by the order of a tie) {diff_by_evidence}/{diff_total} = {diff_by_evidence / diff_total:.2f}")
     print(f"differential first at likelihood >= {CONFIDENT} and not the label: {len(diff_confident_wrong)}")
     for line in diff_confident_wrong:
         print(f"  {line}")

@@ -119,3 +119,83 @@ def test_kernel_warmup_frames_are_after_the_kv_pool() -> None:
     assert classify_frames(frames) == "warmup"
     classes = _classes({"phase": "warmup", "phase_source": "frames"})
     assert classes[0] == "runtime_activation" and not {"weights_dont_fit", "startup_kv", "cuda_graph"} & set(classes)
+
+
+def _facts_of(log: Path) -> dict:
+    return diagnose([str(log)], RULES).facts.values
+
+
+def test_slack_counts_for_fragmentation_only_where_the_contract_calls_it_material() -> None:
+    # Material: 4.20 GiB reserved-but-unallocated on an 80 GB card (the contract's test: 2% of it, 1.58 GiB).
+    material = {c.klass: c for c in df.differential(_facts_of(FIXTURES / "allocator-fragmentation" / "pos_fragmented_decode.log"))}
+    assert material["fragmentation"].evidence_for == ("free and reserved-but-unallocated memory together would have served the request",)
+    assert not material["fragmentation"].evidence_against
+    # Near miss: 611.60 MiB of slack covers the 138 MiB request (2.19 MiB free) but is below the test:
+    # the allocator's normal slack, one step against, and the forward pass's activations come first.
+    facts = _facts_of(FIXTURES / "allocator-fragmentation" / "neg_unallocated_not_material.log")
+    assert facts["reclaimable_bytes"] >= facts["requested_bytes"] > facts["free_bytes"]
+    slack = {c.klass: c for c in df.differential(facts)}
+    assert slack["fragmentation"].evidence_for == ()
+    assert slack["fragmentation"].evidence_against == ("the request needed the reserved-but-unallocated memory, and its 611.60 MiB is below what counts as fragmentation on this card (1.58 GiB): the allocator's normal slack",)
+    assert slack["fragmentation"].likelihood < slack["runtime_activation"].likelihood
+    # Free memory alone covered the request: the slack was not what was missing, and the test says nothing.
+    covered = {**facts, "free_bytes": facts["requested_bytes"]}
+    assert {c.klass: c for c in df.differential(covered)}["fragmentation"].evidence_for
+
+
+_CAPTURE_OOM = (FIXTURES / "field" / "sgl-sgl-project-sglang-14476.log").read_text(encoding="utf-8")
+_BAR, _, _TRACEBACK = _CAPTURE_OOM.partition("Traceback (most recent call last):")
+
+
+def test_a_forward_frame_inside_a_graph_capture_is_the_captures(tmp_path: Path) -> None:
+    # The real paste: SGLang's piecewise capture bar, then a traceback of module forward frames only
+    # (the phase step reads a forward pass, and a server up).
+    facts = _facts_of(FIXTURES / "field" / "sgl-sgl-project-sglang-14476.log")
+    assert (facts["phase"], facts["phase_source"], facts["timeline_stage"], facts["server_ready"]) == ("serving", "frames", "cuda_graph", True)
+    got = df.differential(facts)
+    assert [c.klass for c in got] == ["cuda_graph", "foreign_process"]
+    assert got[0].evidence_for[0].startswith("the traceback shows a forward pass and the startup lines before it a CUDA graph capture under way")
+    assert "cuda_graph" in df.possible(facts)
+    # The bar on a line of its own: the same.
+    own_line = tmp_path / "own_line.log"
+    own_line.write_text(f"{_BAR.rstrip()}\nTraceback (most recent call last):{_TRACEBACK}", encoding="utf-8")
+    assert df.differential(_facts_of(own_line))[0].klass == "cuda_graph"
+    # Near miss: the server's ready line after the capture (SGLang's "The server is fired up and ready to
+    # roll!"): the capture had finished, the forward was a serving one, and graph capture is no candidate.
+    ready = tmp_path / "ready.log"
+    ready.write_text(f"{_BAR.rstrip()}\nThe server is fired up and ready to roll!\nTraceback (most recent call last):{_TRACEBACK}", encoding="utf-8")
+    served = _facts_of(ready)
+    assert served["phase"] == "serving" and served.get("timeline_stage") != "cuda_graph"
+    classes = [c.klass for c in df.differential(served)]
+    assert "cuda_graph" not in classes and classes[0] == "runtime_activation"
+
+
+def test_ggmls_allocator_says_whether_the_failed_buffer_was_activations_or_tensors() -> None:
+    # ggml_gallocr_reserve_n reserves a compute graph's buffer (ollama/ollama#4225's lines): activations,
+    # after the weights and the KV cache were placed.
+    compute = _facts_of(FIXTURES / "unknown-oom" / "ggml_compute_buffer.log")
+    assert (compute["driver_oom_source"], compute["ggml_buffer_usage"]) == ("ggml_cuda_malloc", "compute")
+    # The allocator's line is the failure's own, not log around it: three lines are still a quoted fragment.
+    assert compute["evidence_status"] == "fragment"
+    got = df.differential(compute)
+    assert {got[0].klass, got[1].klass} == {"runtime_activation", "encoder_starvation"} and got[0].likelihood == got[1].likelihood
+    assert got[2].likelihood < got[1].likelihood / 3
+    odds = {c.klass: c for c in got}
+    assert "weights_dont_fit" not in odds or odds["weights_dont_fit"].evidence_against
+    # Near miss: the same backend failure under alloc_tensor_range (ggml-org/llama.cpp#20431's lines):
+    # a context's own tensors, the weights or the KV cache; the activation classes go down.
+    tensors = _facts_of(FIXTURES / "unknown-oom" / "ggml_tensor_buffer.log")
+    assert tensors["ggml_buffer_usage"] == "tensors"
+    got = df.differential(tensors)
+    assert {got[0].klass, got[1].klass} == {"weights_dont_fit", "startup_kv"}
+    assert all(c.klass not in ("runtime_activation", "encoder_starvation") or c.evidence_against for c in got)
+    # Without the allocator's line (the backend's alone): no step, the activation classes lower.
+    bare = {k: v for k, v in compute.items() if k != "ggml_buffer_usage"}
+    assert df.differential(bare)[0].likelihood < df.differential(compute)[0].likelihood
+
+
+def test_a_ggml_allocator_line_far_from_the_failure_is_another_failures(tmp_path: Path) -> None:
+    lines = (FIXTURES / "unknown-oom" / "ggml_compute_buffer.log").read_text(encoding="utf-8").splitlines()
+    log = tmp_path / "apart.log"
+    log.write_text("\n".join([lines[0], *["srv  update_slots: all slots are idle"] * 5, lines[1]]) + "\n", encoding="utf-8")
+    assert "ggml_buffer_usage" not in _facts_of(log)

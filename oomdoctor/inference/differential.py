@@ -86,8 +86,34 @@ def _holds(condition: dict[str, Any], facts: dict[str, Any]) -> bool:
     return evaluate(condition, facts).result is True
 
 
+# The phases a startup milestone's stage (timeline_stage, the v1 vocabulary) names, where that startup
+# step is itself a forward pass of the model.
+_FORWARD_STEPS = {"cuda_graph": "graph_capture"}
+_CAPTURE_FORWARD = "the traceback shows a forward pass and the startup lines before it a CUDA graph capture under way, with no ready line after it: the forward was the capture's"
+
+
+def _read(facts: dict[str, Any]) -> dict[str, Any]:
+    """The facts as the differential reads them: a generic forward frame inside a startup forward step is that step.
+
+    phases.toml's generic "serving" frames (forward, _dummy_run, execute_model, a module's __call__)
+    say a forward pass ran, not which: graph capture runs the model's forward too, and its table reads
+    a forward frame under a capture frame as capture. A paste cut above the capture frame keeps the
+    milestones: when the last before the failure is a capture (its begin line or progress bar) the
+    forward was the capture's, and the server_ready that the serving phase set stands on nothing else
+    (a ready line would have moved the milestones past the capture).
+    """
+    step = _FORWARD_STEPS.get(facts.get("timeline_stage") or "")
+    if step is None or facts.get("phase") != "serving" or facts.get("phase_source") != "frames":
+        return facts
+    read = {k: v for k, v in facts.items() if k != "server_ready"}
+    read["phase"] = step
+    read["_frames_phase"] = facts["phase"]
+    return read
+
+
 def differential(facts: dict[str, Any]) -> list[Candidate]:
     """The ranked candidates for an undecided OOM; never empty while a candidate's phase allows it."""
+    facts = _read(facts)
     odds, reasons, checks = _weigh(facts)
     total = sum(odds.values()) + UNNAMED_ODDS
     if total <= UNNAMED_ODDS:
@@ -102,7 +128,7 @@ def differential(facts: dict[str, Any]) -> list[Candidate]:
 
 def possible(facts: dict[str, Any]) -> frozenset[str]:
     """The classes the differential leaves open on these facts: a candidate of its phase the evidence did not exclude."""
-    odds, _, _ = _weigh(facts)
+    odds, _, _ = _weigh(_read(facts))
     return frozenset(k for k, v in odds.items() if v > 0)
 
 
@@ -127,6 +153,9 @@ def _weigh(facts: dict[str, Any]) -> tuple[dict[str, float], dict[str, tuple[lis
         if not in_phase:
             odds[klass] /= STEP_ODDS
             reasons[klass][1].append(f"the lines before the failure point to the {phase.replace('_', ' ')} phase")
+        elif facts.get("_frames_phase") and facts["_frames_phase"] not in c["phases"]:
+            # Why a class the frames alone would not allow is a candidate (no step: it is the phase).
+            reasons[klass][0].append(_CAPTURE_FORWARD)
     for item in table["evidence"]:
         klass = item["class"]
         if klass not in odds or not _holds(item["when"], facts):

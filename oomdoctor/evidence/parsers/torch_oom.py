@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 KIND_OOM = "torch_oom"
 KIND_DRIVER_OOM = "driver_oom"
 KIND_HOST_OOM = "host_oom"
+KIND_GGML_BUFFER = "ggml_buffer"
 
 ANCHORS: tuple[bytes, ...] = (
     *ALLOCATOR_WORDS,
@@ -157,6 +158,18 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
 # call ("ream->get()): out of memory (.../tllmBuffers.h:112)": the stream argument), FlashInfer's handler
 # ("at function cudaMallocAsync(&float_buffer_, ...").
 _ASYNC_CALL_RE = lazy(("cudaMallocAsync", "->get()):"), r"cudaMallocAsync\b|->get\(\)\):\s*out of memory")
+# ggml's allocators say what a failed buffer was for (ggml/src/ggml-alloc.c, ggml-backend.cpp). The graph
+# allocator's ggml_gallocr_reserve_n (ggml_gallocr_reserve_n_impl in newer trees) reserves a compute buffer
+# (GGML_BACKEND_BUFFER_USAGE_COMPUTE): a compute graph's intermediate tensors, a forward pass's or an image
+# encoder's activations. alloc_tensor_range (ggml_backend_alloc_ctx_tensors_from_buft; in newer trees
+# ggml_backend_buft_alloc_buffer_n_default) places a context's own tensors: the model's weights, the KV
+# cache. Each prints "%s: failed to allocate %s buffer of size %zu" (its function, the buffer type) after
+# the backend's "cudaMalloc failed: out of memory".
+_GGML_BUFFER_RE = lazy(
+    "failed to allocate",
+    r"\b(?P<func>ggml_gallocr_reserve_n(?:_impl)?|alloc_tensor_range|ggml_backend_buft_alloc_buffer_n_default): failed to allocate (?P<buffer>\S+) buffer of size (?P<size>\d+)",
+)
+_GGML_USAGE = {"ggml_gallocr_reserve_n": "compute", "ggml_gallocr_reserve_n_impl": "compute"}
 _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     ("cpu_allocator", "strong", lazy("DefaultCPUAllocator", r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (\d+) bytes)?")),
     # The kernel's record, global or a memory cgroup's ("Memory cgroup out of memory: Killed process"),
@@ -418,6 +431,12 @@ class TorchParser:
                 if phase:
                     driver["phase"] = phase
                 out.append(Event(KIND_DRIVER_OOM, (line.ref,), driver))
+                return out
+        if "failed to allocate" in msg:
+            gm = _GGML_BUFFER_RE.search(msg)
+            if gm:
+                usage = _GGML_USAGE.get(gm.group("func"), "tensors")
+                out.append(Event(KIND_GGML_BUFFER, (line.ref,), {"usage": usage, "buffer": gm.group("buffer"), "size_bytes": int(gm.group("size"))}))
                 return out
         for pattern, (source, strength) in _HOST_DISPATCH.candidates(msg):
             hm = pattern.search(msg)

@@ -7,6 +7,7 @@ import re
 from oomdoctor.base.evidence import Event
 from oomdoctor.evidence import phase
 from oomdoctor.evidence.parsers import records as rc
+from oomdoctor.evidence.parsers import torch_oom as tt
 from oomdoctor.inference import completeness
 from oomdoctor.inference.facts.common import ALLOCATOR_OOM_KINDS, allocator_failed
 from oomdoctor.inference.facts.store import Facts
@@ -76,7 +77,8 @@ def _completeness_facts(
     in_path = [r for r in records if r.ref.path == path]
     startup_failure = f.get("startup_kv_error") or f.get("capture_oom") or f.get("kv_alloc_failed") or f.get("req_slots_failed")
     whole_oom = any(e.get("complete", True) for e in ooms) or bool(startup_failure)
-    context = sum(1 for e in events if e.kind not in (*ALLOCATOR_OOM_KINDS, rc.KIND_RECORD, rc.KIND_CUT))
+    # ggml's allocator line belongs to its failed cudaMalloc's message, as the OOM's own lines do: not log around it.
+    context = sum(1 for e in events if e.kind not in (*ALLOCATOR_OOM_KINDS, tt.KIND_GGML_BUFFER, rc.KIND_RECORD, rc.KIND_CUT))
     done = completeness.assess(events, in_path, [c for c in cuts if c.ref.path == path], line_counts.get(path, 0), whole_oom, context, pieces)
     f.set("evidence_status", done.status, done.ref)
     if done.reason:

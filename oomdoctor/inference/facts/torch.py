@@ -37,6 +37,7 @@ def torch_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
         f.set("driver_oom_source", drivers[0].get("source"), drivers[0].ref)
         if drivers[0].get("call"):
             f.set("driver_oom_call", drivers[0].get("call"), drivers[0].ref)
+        _ggml_buffer_facts(f, events, drivers[0])
     _host_facts(f, hosts)
     _host_detail_facts(f, [e for e in events if e.kind == KIND_HOST_DETAIL])
     f.set("oom_count", len(ooms) + len(drivers))
@@ -45,6 +46,18 @@ def torch_facts(f: Facts, events: list[Event], oom_idx: list[int]) -> None:
         _message_facts(f, ooms[0] if ooms else drivers[0])
     elif hosts:
         f.set("oom_stage", f.get("timeline_stage"))
+
+
+# ggml prints the allocator's line right after the backend's failed cudaMalloc: a later one is another failure's.
+_GGML_BUFFER_WITHIN_LINES = 3
+
+
+def _ggml_buffer_facts(f: Facts, events: list[Event], driver: Event) -> None:
+    """What the buffer whose cudaMalloc failed was for, by the ggml allocator that asked (compute or tensors)."""
+    line = driver.ref.line
+    buffer = next((e for e in events if e.kind == tt.KIND_GGML_BUFFER and e.ref.path == driver.ref.path and line <= e.ref.line <= line + _GGML_BUFFER_WITHIN_LINES), None)
+    if buffer is not None:
+        f.set("ggml_buffer_usage", buffer.get("usage"), buffer.ref)
 
 
 def _host_facts(f: Facts, hosts: list[Event]) -> None:
