@@ -256,18 +256,27 @@ def test_diagnose_imports_neither_torch_nor_pynvml() -> None:
 
 def test_a_text_diagnosis_of_a_small_log_loads_only_what_it_uses() -> None:
     """Start-up is paid by every on-call run: the bundle's zipfile (and shutil, pathlib, bz2, lzma with it), the HTML
-    renderer's jinja2, psutil and the large-chunk scanners load only when an input or an option needs them."""
+    renderer's jinja2, psutil, the large-chunk scanners and the evidence-file reader load only when an input or an
+    option needs them; the prefix table compiles only the entries the log's lines can start (an SGLang log, not
+    vLLM's, Ray's, Python logging's or a supervisor's tags), and the context searches wait for a line that needs them."""
     # (pathlib is left out: an editable install's finder loads it.)
-    lazy = ("zipfile", "shutil", "bz2", "lzma", "jinja2", "psutil", "hyperscan", "re2", "prometheus_client")
+    lazy = ("zipfile", "shutil", "bz2", "lzma", "jinja2", "psutil", "hyperscan", "re2", "prometheus_client", "oomdoctor.evidence.collected")
     code = (
         "import sys, runpy\n"
         f"sys.argv = ['oomdoctor', 'diagnose', {str(SEED)!r}]\n"
         "try:\n    runpy.run_module('oomdoctor', run_name='__main__')\nexcept SystemExit:\n    pass\n"
         f"sys.stderr.write('LOADED=' + ','.join(m for m in {lazy!r} if m in sys.modules) + '\\n')\n"
+        "from oomdoctor.input import prefixes\n"
+        "sys.stderr.write('COMPILED=' + ','.join(n for n, p in prefixes._PREFIXES if p._compiled is not None) + '\\n')\n"
+        "from oomdoctor.pipeline import events\n"
+        "sys.stderr.write(f'CONTEXT_SEARCHES={events._context_needles.cache_info().currsize}\\n')\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
     assert "LOADED=\n" in r.stderr, r.stderr[-500:]
     assert "VERDICT: startup_kv" in r.stdout
+    compiled = r.stderr.split("COMPILED=")[1].split()[0].split(",")
+    assert "sglang" in compiled and not {"vllm_proc", "ray", "pylogging", "supervisor"} & set(compiled), compiled
+    assert "CONTEXT_SEARCHES=0\n" in r.stderr
 
 
 @pytest.mark.parametrize("codec", ["gzip", "bz2", "lzma"])

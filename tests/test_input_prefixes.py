@@ -134,6 +134,6 @@ def test_an_entry_is_tried_only_on_text_its_first_character_can_start() -> None:
                 if m and m.end():
                     matched += 1
                     assert prefixes._FIRST_CHARS[name].match(text[:1]), (name, text)
-                    assert (name, pattern) in prefixes._entries(text)
+                    assert (name, pattern.compiled) in prefixes._entries(text)
             text = split_prefix(text).msg if split_prefix(text).msg != text else text[1:]
     assert matched > 1000

@@ -25,11 +25,11 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.base.built_in import DATA_DIR
 from oomdoctor.base.units import MIB
+from oomdoctor.input.patterns import LazyRegex
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -44,7 +44,7 @@ FAMILY_PID_GAP = 256
 ROUNDING_BYTES = 64 * MIB
 # The process tags a log's own lines carry: vLLM's "(EngineCore_DP0 pid=1531) ", "(VllmWorker TP0 pid=3402) ",
 # Ray's "(RayWorkerWrapper pid=1699, ip=10.0.0.1) " (input/prefixes.py strips them; the line's text keeps them).
-_LOG_PID_RE = re.compile(r"^\([A-Za-z_][^()]{0,80}?\bpid=(\d+)\b[^()]{0,80}\) ")
+_LOG_PID_RE = LazyRegex(None, r"^\([A-Za-z_][^()]{0,80}?\bpid=(\d+)\b[^()]{0,80}\) ")
 
 
 class GpuProcess(NamedTuple):

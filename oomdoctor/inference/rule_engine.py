@@ -262,7 +262,8 @@ def load_rules(extra_dirs: Iterable[str] = (), known_advice: Iterable[str] | Non
     loaded: list[Rule] = []
     if builtin:
         shipped = built_in.rules()
-        loaded.extend(parse_rule(shipped[name], os.path.join(built_in.rules_dir(), name), advice_ids) for name in sorted(shipped))
+        folder = built_in.rules_dir()  # one stat, not one per rule
+        loaded.extend(parse_rule(shipped[name], os.path.join(folder, name), advice_ids) for name in sorted(shipped))
     for d in extra_dirs:
         loaded.extend(_parse_rule_bytes(p, _read_rule_bytes(p), advice_ids) for p in _toml_files(d))
     seen: dict[str, str] = {}

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, cast
 
 from oomdoctor.base.errors import InputError
 from oomdoctor.input.kinds import MONITORING_SUFFIXES, is_bundle_dir, is_evidence_file
+from oomdoctor.input.patterns import LazyRegex
 from oomdoctor.input.stdin_spool import STDIN_SPOOL, stdin_note
 
 if TYPE_CHECKING:
@@ -47,8 +48,9 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 # Extensions that a directory walk reads as logs; others (pickles, images) are not logs.
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".gz", ".bz2", ".xz", ".stderr", ".stdout")
 # Rotated logs: server.log.1, server.log.2.gz (logrotate's numbers, higher is older) and
-# app.log-20260301[.gz] (dateext, older dates first); the live file comes after its rotations.
-_ROTATED_RE = re.compile(
+# app.log-20260301[.gz] (dateext, older dates first); the live file comes after its rotations. Compiled
+# when a directory is walked or a rotated name ordered.
+_ROTATED_RE = LazyRegex(None,
     r"^(?P<base>.+?\.(?:log|txt|out|err|stderr|stdout))(?:\.(?P<num>\d{1,6})|-(?P<date>\d{8}(?:\d{2,6})?))?(?:\.(?:gz|bz2|xz))?$",
     re.IGNORECASE,
 )

@@ -7,15 +7,16 @@ or a timestamp; the message that is left is what parsers read.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, NamedTuple
+
+from oomdoctor.input.patterns import LazyRegex
 
 if TYPE_CHECKING:
     import re
 
 # Real ESC sequences, and the same codes pasted as caret text ("^[[0;36m") by people copying
-# from a terminal or a web console.
-_ANSI_RE = re.compile(r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")  # used on every line
+# from a terminal or a web console. Tried only on a line holding an escape (strip_ansi).
+_ANSI_RE = LazyRegex(None, r"(?:\x1b|\^\[)\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]")
 
 
 class Stripped(NamedTuple):
@@ -41,10 +42,11 @@ def _sglang_rank(tags: str) -> str | None:
     return tags or None
 
 
-_RANK_ATTR = re.compile(r"rank=(\d+)")
-_RANK_PART = re.compile(r"(?:DP|TP|PP|EP|DCP|PCP)\d+")
-_PID_ATTR = re.compile(r"pid=(\d+)")
-_IP_ATTR = re.compile(r"\bip=([0-9a-fA-F.:]+)")
+# vLLM's process tags only: compiled on the first such line.
+_RANK_ATTR = LazyRegex(None, r"rank=(\d+)")
+_RANK_PART = LazyRegex(None, r"(?:DP|TP|PP|EP|DCP|PCP)\d+")
+_PID_ATTR = LazyRegex(None, r"pid=(\d+)")
+_IP_ATTR = LazyRegex(None, r"\bip=([0-9a-fA-F.:]+)")
 
 
 def _vllm_proc_rank(name: str, attrs: str) -> str | None:
@@ -52,7 +54,7 @@ def _vllm_proc_rank(name: str, attrs: str) -> str | None:
     m = _RANK_ATTR.search(attrs)
     if m:
         return f"rank{m.group(1)}"
-    parts = [p for p in name.split("_")[1:] if _RANK_PART.fullmatch(p)]
+    parts = [p for p in name.split("_")[1:] if _RANK_PART.compiled.fullmatch(p)]
     if parts:
         return " ".join(parts)
     m = _PID_ATTR.search(attrs)
@@ -61,56 +63,58 @@ def _vllm_proc_rank(name: str, attrs: str) -> str | None:
     return None
 
 
-# (name, pattern, kind). Order matters only among entries that could match the same text; the
-# loop restarts from the top after every strip, so outer wrappers may appear in any order.
-_PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
+# (name, pattern). Order matters only among entries that could match the same text; the loop restarts
+# from the top after every strip, so outer wrappers may appear in any order. An entry is compiled the
+# first time a line starts with a character it can start with (_entries): a log of one format never
+# compiles the other formats' entries.
+_PREFIXES: tuple[tuple[str, LazyRegex], ...] = (
     # kubectl logs --prefix: "[pod/NAME/CONTAINER] " (also "[NAME/CONTAINER] " from stern-like tools).
-    ("kubectl", re.compile(r"^\[pod/(?P<pod>[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?)/(?P<container>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)\] ")),
+    ("kubectl", LazyRegex(None, r"^\[pod/(?P<pod>[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?)/(?P<container>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)\] ")),
     # srun -l: the Slurm task id, right-aligned to the widest id, then ": ".
-    ("srun", re.compile(r"^ {0,4}(?P<task>\d{1,5}): (?=.)")),
+    ("srun", LazyRegex(None, r"^ {0,4}(?P<task>\d{1,5}): (?=.)")),
     # Ray's worker and raylet output on the driver: "(pid=1234, ip=10.0.0.2) ", "(raylet, ip=10.0.0.2) ",
     # "(MyActor pid=1234, ip=10.0.0.2) " (actor names may hold ':' and '.'). Named vLLM workers are below.
     (
         "ray",
-        re.compile(
+        LazyRegex(None,
             r"^\((?:(?P<rname>[A-Za-z_][\w.:-]*)(?:, | ))?(?:pid=(?P<pid>\d+))?(?:, )?(?:ip=(?P<ip>[0-9a-fA-F.:]+))?\) "
         ),
     ),
     # Markdown quote from a pasted bug report.
-    ("markdown", re.compile(r"^ {0,3}>+ ?")),
+    ("markdown", LazyRegex(None, r"^ {0,3}>+ ?")),
     # docker compose: service name padded to the widest name, then "| ".
-    ("docker", re.compile(r"^(?P<svc>[A-Za-z0-9][\w.]*[-_][\w.-]*)\s+\| ?")),
+    ("docker", LazyRegex(None, r"^(?P<svc>[A-Za-z0-9][\w.]*[-_][\w.-]*)\s+\| ?")),
     # DJL Serving (AWS large model inference containers) relays the engine's output per stream:
     # "WARN  PyProcess W-252-model-stderr: ", "INFO  PyProcess W-252-model-stdout: ".
-    ("djl", re.compile(r"^(?:INFO|WARN|ERROR|DEBUG)\s+PyProcess W-\d+-[\w.-]+-std(?:out|err): ?")),
+    ("djl", LazyRegex(None, r"^(?:INFO|WARN|ERROR|DEBUG)\s+PyProcess W-\d+-[\w.-]+-std(?:out|err): ?")),
     # Buildkite's web log copied from the browser: a "  | " gutter before its timestamp.
-    ("buildkite_gutter", re.compile(r"^\s{0,4}\| (?=\[?\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})")),
+    ("buildkite_gutter", LazyRegex(None, r"^\s{0,4}\| (?=\[?\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})")),
     # Buildkite / cloud logging / kubectl --timestamps.
     (
         "iso_ts",
-        re.compile(
+        LazyRegex(None,
             r"^\[?(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]? ?"
         ),
     ),
     # torch.distributed elastic: "[rank3]: ".
-    ("torch_rank", re.compile(r"^\[(?P<rank>rank\d+)\]: ?")),
+    ("torch_rank", LazyRegex(None, r"^\[(?P<rank>rank\d+)\]: ?")),
     # SGLang: "[2026-03-02 10:00:41 DP0 PP0 TP0 EP0] ", "[10:00:41 TP1] ", "[03-02 10:00:41] ".
     (
         "sglang",
-        re.compile(
+        LazyRegex(None,
             r"^\[(?P<ts>(?:\d{4}-)?(?:\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)"  # .123: SGLANG_LOG_MS=1
             r"(?P<tags>(?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP|CP)\d+)*)[^\]]{0,20}\] ?"
             r"(?:(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) [\w./-]+\.py:\d+: )?"
         ),
     ),
     # SGLang 2024: "[gpu=0] Load weight begin. ..." (0.2.7-0.2.14), "[gpu_id=0] ..." (0.1.18-0.2.5).
-    ("sglang_gpu", re.compile(r"^\[gpu(?:_id)?=(?P<gpu>\d+)\] ")),
+    ("sglang_gpu", LazyRegex(None, r"^\[gpu(?:_id)?=(?P<gpu>\d+)\] ")),
     # vLLM process tag: "(EngineCore_DP0 pid=1531) ", "(RayWorkerWrapper pid=1699, ip=10.0.0.1) ".
-    ("vllm_proc", re.compile(r"^\((?P<name>[A-Za-z][\w]*)(?P<attrs>(?: [\w]+=[^\s,)]+,?)+)\) ")),
+    ("vllm_proc", LazyRegex(None, r"^\((?P<name>[A-Za-z][\w]*)(?P<attrs>(?: [\w]+=[^\s,)]+,?)+)\) ")),
     # vLLM logger: "INFO 08-19 07:51:03 [core.py:396] ", oldest "INFO 08-19 07:51:03 worker.py:10] ".
     (
         "vllm_level",
-        re.compile(
+        LazyRegex(None,
             r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2})"
             r"(?:\.\d+)? \[?[\w./-]+:\d+\] "
         ),
@@ -118,21 +122,22 @@ _PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # Python logging as SGLang Omni configures it: "2026-03-29 22:51:55,108 [WARNING] ".
     (
         "pylogging",
-        re.compile(r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[,.]\d+)?) (?:\[(?P<level>[A-Za-z]+)\] |(?P<l2>[A-Z]+) )"),
+        LazyRegex(None, r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[,.]\d+)?) (?:\[(?P<level>[A-Za-z]+)\] |(?P<l2>[A-Z]+) )"),
     ),
     # Process-supervisor tags some launchers add before the engine's own prefix: "(Process) ".
     (
         "supervisor",
-        re.compile(r"^\((?:Process|stdout|stderr)\) "),
+        LazyRegex(None, r"^\((?:Process|stdout|stderr)\) "),
     ),
 )
 
 
 # The characters each entry can start with, as a one-character pattern (the same \d and \s as the
 # entry's own): a line is tried only against the entries its first character can start
-# (tests/test_input_prefixes.py checks every entry's matches against its class).
-_FIRST_CHARS: dict[str, re.Pattern[str]] = {
-    name: re.compile(chars)
+# (tests/test_input_prefixes.py checks every entry's matches against its class). Compiled when the
+# first line is split.
+_FIRST_CHARS: dict[str, LazyRegex] = {
+    name: LazyRegex(None, chars)
     for name, chars in (
         ("kubectl", r"\["),
         ("srun", r"[ \d]"),
@@ -159,7 +164,7 @@ def _entries(text: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
     first = text[:1]
     found = _BY_FIRST.get(first)
     if found is None:
-        found = tuple(e for e in _PREFIXES if first and _FIRST_CHARS[e[0]].match(first))
+        found = tuple((name, pattern.compiled) for name, pattern in _PREFIXES if first and _FIRST_CHARS[name].match(first))
         if first.isascii():  # a bounded table: 128 entries at most
             _BY_FIRST[first] = found
     return found

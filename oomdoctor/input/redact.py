@@ -26,6 +26,7 @@ import re
 import threading
 from typing import TYPE_CHECKING
 
+from oomdoctor.input.patterns import LazyRegex
 from oomdoctor.input.prefixes import split_prefix
 from oomdoctor.input.pseudonyms import Pseudonymizer, Pseudonyms
 from oomdoctor.input.secret_rules import REDACTED, redact_secrets
@@ -34,16 +35,17 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
     from typing import Any
 
-_PEM_BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]{1,60})-----")
-_PEM_END = re.compile(r"-----END ([A-Z0-9 ]{1,60})-----")
+# PEM blocks: compiled when a line holds "-----BEGIN", which most logs never do.
+_PEM_BEGIN = LazyRegex(None, r"-----BEGIN ([A-Z0-9 ]{1,60})-----")
+_PEM_END = LazyRegex(None, r"-----END ([A-Z0-9 ]{1,60})-----")
 # One line of a block: base64 (RFC 7468 bodies, OpenSSH keys), an RFC 1421 header, or blank.
-_PEM_BODY = re.compile(r"[A-Za-z0-9+/=]*|(?:Proc-Type|DEK-Info|Comment|Version)\s*:.*")
+_PEM_BODY = LazyRegex(None, r"[A-Za-z0-9+/=]*|(?:Proc-Type|DEK-Info|Comment|Version)\s*:.*")
 # A key line told apart from the other stream's lines once one came between (a merged log, run's stdout
 # and stderr): base64 with an upper- and a lower-case letter and a digit (or + /) or 16 characters,
 # or with padding, its length a multiple of 4 as every base64 line's is; or an encrypted key's
 # Proc-Type/DEK-Info header. "12345", "Done" and a word of a progress bar are not. (A last line
 # shorter than 16 characters with letters only is taken for a word: a fragment that short may pass.)
-_PEM_KEY_LINE = re.compile(
+_PEM_KEY_LINE = LazyRegex(None,
     r"(?=.*[A-Z])(?=.*[a-z])(?:(?=.*[0-9+/])[A-Za-z0-9+/]{8,}|[A-Za-z0-9+/]{16,})={0,2}|[A-Za-z0-9+/]{2,}={1,2}|(?:Proc-Type|DEK-Info)\s*:.*"
 )
 # Lines of other sources a block may have between its own before it counts as cut (BEGIN and no END).
@@ -226,14 +228,14 @@ class Redactor:
             for start in _starts(block.prefix, body, msg):
                 rest = body[start:].strip()
                 end = _PEM_END.search(rest)
-                if end is not None and _PEM_BODY.fullmatch(rest[: end.start()].strip()):
+                if end is not None and _PEM_BODY.compiled.fullmatch(rest[: end.start()].strip()):
                     self._close(body[:start], end.group(1))
                     tail = redact_secrets(rest[end.end() :])
                     return body[:start] + REDACTED + (" " + tail.strip() if tail.strip() else "") + newline
-                if block.gap == 0 and _PEM_BODY.fullmatch(rest):
+                if block.gap == 0 and _PEM_BODY.compiled.fullmatch(rest):
                     self._claimed(block)
                     return body[:start] + REDACTED + newline if rest else line
-                if block.gap and (len(rest) % 4 == 0 or ":" in rest) and _PEM_KEY_LINE.fullmatch(rest):
+                if block.gap and (len(rest) % 4 == 0 or ":" in rest) and _PEM_KEY_LINE.compiled.fullmatch(rest):
                     self._claimed(block)
                     return body[:start] + REDACTED + newline
         self._claimed(None)

@@ -17,10 +17,10 @@ Only small inputs (pastes) are read this way (oomdoctor/input/paste.py); large l
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from oomdoctor.input.patterns import LazyRegex
 from oomdoctor.input.prefixes import split_prefix, strip_ansi
 
 if TYPE_CHECKING:
@@ -33,13 +33,14 @@ MIN_PIECES = 2
 _STARTS_OF_THEIR_OWN = ('File "', "Traceback", "During handling", "The above exception", "|", "+", "[... cut", "```")
 
 
+# (Both compiled when a paste is first unwrapped.)
 # A traceback's exception line ("torch.OutOfMemoryError: ...", "RuntimeError: ...").
-_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)(?::|$)")
+_EXCEPTION_LINE = LazyRegex(None, r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)(?::|$)")
 # Machine output whose lines are records of their own, of equal widths because they are aligned, not
 # cut: an indented JSON pair ('    "name": "NVIDIA H100 80GB HBM3",', json.dump's indent, gpustat
 # --json) and a padded "Key<spaces>: value" line (nvidia-smi -q, collect_env since vLLM 0.9). A cut
 # piece starts wherever the cut fell, so it starts with a key and its colon only by chance.
-_RECORD_LINE = re.compile(r'\s*"[\w.-]+"\s*:\s|\s*[A-Za-z][\w ./()-]*?\s{2,}:(?:\s|$)')
+_RECORD_LINE = LazyRegex(None, r'\s*"[\w.-]+"\s*:\s|\s*[A-Za-z][\w ./()-]*?\s{2,}:(?:\s|$)')
 
 
 def _starts_a_line(text: str) -> bool:

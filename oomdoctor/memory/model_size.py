@@ -14,20 +14,20 @@ a paste alone allows.
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 from oomdoctor.base.units import format_bytes
+from oomdoctor.input.patterns import LazyRegex
 from oomdoctor.memory.derivation import Derived, Step
 
 # (pattern over the lower-cased name and arguments, bytes per parameter, what it is). First match wins:
 # the 4-bit formats before the 8-bit ones ("w4a8" stores 4-bit weights).
-_STORAGE: tuple[tuple[re.Pattern[str], float, str], ...] = (
-    (re.compile(r"mxfp4|nvfp4|fp4\b"), 0.5, "4-bit floating point (MXFP4 / NVFP4)"),
-    (re.compile(r"\bawq\b|gptq|\bint4\b|-int4|w4a16|w4a8|bnb-4bit|4bit|\bq4"), 0.5, "4-bit integer (AWQ / GPTQ / int4)"),
-    (re.compile(r"fp8|\bint8\b|-int8|w8a8|w8a16|8bit|\bq8"), 1.0, "8-bit (fp8 / int8)"),
-    (re.compile(r"float32|fp32"), 4.0, "float32"),
-    (re.compile(r"bfloat16|float16|bf16|fp16|half"), 2.0, "16-bit (bf16 / fp16)"),
+_STORAGE: tuple[tuple[LazyRegex, float, str], ...] = (
+    (LazyRegex(None, r"mxfp4|nvfp4|fp4\b"), 0.5, "4-bit floating point (MXFP4 / NVFP4)"),
+    (LazyRegex(None, r"\bawq\b|gptq|\bint4\b|-int4|w4a16|w4a8|bnb-4bit|4bit|\bq4"), 0.5, "4-bit integer (AWQ / GPTQ / int4)"),
+    (LazyRegex(None, r"fp8|\bint8\b|-int8|w8a8|w8a16|8bit|\bq8"), 1.0, "8-bit (fp8 / int8)"),
+    (LazyRegex(None, r"float32|fp32"), 4.0, "float32"),
+    (LazyRegex(None, r"bfloat16|float16|bf16|fp16|half"), 2.0, "16-bit (bf16 / fp16)"),
 )
 # Scales, zero points and the layers a quantized checkpoint keeps in 16 bits (embeddings, norms, the
 # head): a few percent for 8-bit formats, up to a fifth more for 4-bit ones.
@@ -35,10 +35,11 @@ _QUANT_OVERHEAD = {0.5: 1.2, 1.0: 1.05}
 # How far a name's rounded count strays: "7B" models hold 6.7-7.6 billion, "70B" 70.6, "8B" 8.0-8.3.
 _NAME_LOW, _NAME_HIGH = 0.9, 1.1
 
-_MOE = re.compile(r"(?:^|[-_/. ])(\d+(?:\.\d+)?)b-a\d+(?:\.\d+)?b(?![a-z0-9])")
-_EXPERTS = re.compile(r"(?:^|[-_/. ])(\d+)x(\d+(?:\.\d+)?)b(?![a-z0-9])")
-_COUNT = re.compile(r"(?:^|[-_/. ])(\d+(?:\.\d+)?)([bm])(?![a-z0-9])")
-_MULTIMODAL = re.compile(r"(?:^|[-_/. ])(?:vl|vlm|vision|llava|omni|pixtral|internvl|minicpm-v|qwen\d?(?:\.\d)?-?vl|mllama|idefics|molmo|phi-\d(?:\.\d)?-vision)(?:$|[-_/. \d])")
+# Compiled when a model name is first read.
+_MOE = LazyRegex(None, r"(?:^|[-_/. ])(\d+(?:\.\d+)?)b-a\d+(?:\.\d+)?b(?![a-z0-9])")
+_EXPERTS = LazyRegex(None, r"(?:^|[-_/. ])(\d+)x(\d+(?:\.\d+)?)b(?![a-z0-9])")
+_COUNT = LazyRegex(None, r"(?:^|[-_/. ])(\d+(?:\.\d+)?)([bm])(?![a-z0-9])")
+_MULTIMODAL = LazyRegex(None, r"(?:^|[-_/. ])(?:vl|vlm|vision|llava|omni|pixtral|internvl|minicpm-v|qwen\d?(?:\.\d)?-?vl|mllama|idefics|molmo|phi-\d(?:\.\d)?-vision)(?:$|[-_/. \d])")
 
 
 class ModelPrior(NamedTuple):

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.errors import InputError, UsageError
-from oomdoctor.evidence import collected
 from oomdoctor.evidence.runs import is_oom_event, split_runs
 from oomdoctor.inference.facts import build_facts
 from oomdoctor.input import kinds
@@ -64,6 +63,8 @@ def _diagnose(paths: list[str], rules: list[Rule], system: str | None, recommend
         evidence_paths.extend(p for p in found if p != "-" and (p.lower().endswith(kinds.MONITORING_SUFFIXES) or is_monitoring_json(p)))
         found = [p for p in found if p not in evidence_paths]
     for path in evidence_paths:
+        from oomdoctor.evidence import collected  # evidence files' reader: a plain log has none
+
         try:
             gathered.append(collected.load(path))
         except InputError as exc:

@@ -201,13 +201,20 @@ def _context_needles(kinds: tuple[type, ...]) -> tuple[bool, re.Pattern[bytes] |
 
 
 def _context_worth(parsers: tuple[_Parser, ...]) -> Callable[[bytes], bool]:
-    """Whether a line without an anchor may say something to a parser or the phase step by itself."""
-    everything, case, lower = _context_needles(tuple(type(p) for p in parsers))
+    """Whether a line without an anchor may say something to a parser or the phase step by itself.
+
+    The two searches are built when the first such line is asked about: a small log often has none
+    (every line after an anchored one is read for an open record), and building them costs ~1 ms."""
+    kinds = tuple(type(p) for p in parsers)
+    searches: list[tuple[bool, re.Pattern[bytes] | None, re.Pattern[bytes] | None]] = []
 
     def worth(physical: bytes) -> bool:
-        if everything or not physical.isascii() or b"\x1b" in physical or b"^[" in physical:
+        if not physical.isascii() or b"\x1b" in physical or b"^[" in physical:
             return True  # colour codes may split a word the message holds once they are stripped
-        return (case is not None and case.search(physical) is not None) or (lower is not None and lower.search(physical.lower()) is not None)
+        if not searches:
+            searches.append(_context_needles(kinds))
+        everything, case, lower = searches[0]
+        return everything or (case is not None and case.search(physical) is not None) or (lower is not None and lower.search(physical.lower()) is not None)
 
     return worth
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from oomdoctor.evidence import collected
 from oomdoctor.input import kinds
 from oomdoctor.input.files import file_head
 
@@ -27,6 +26,8 @@ def split_evidence(paths: list[str]) -> tuple[list[str], list[str]]:
     evidence: list[str] = []
     for path in paths:
         if path != "-" and os.path.isdir(path) and kinds.is_bundle_dir(path):
+            from oomdoctor.evidence import collected  # a bundle's reader: a plain log never needs it
+
             evidence.extend(collected.evidence_files(path))
             logs.append(path)
         elif path != "-" and os.path.isfile(path) and not _is_issue_export(path) and kinds.is_evidence_file(path):

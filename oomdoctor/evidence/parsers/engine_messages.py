@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.base.built_in import DATA_DIR
 from oomdoctor.base.evidence import Event, Line
+from oomdoctor.input.patterns import LazyRegex
 
 if TYPE_CHECKING:
     from typing import Any
@@ -29,7 +30,7 @@ KIND_ENGINE_MESSAGE = "engine_message"
 # warning. It repeats for as long as the server runs, so it is a repeating kind (pipeline/events.py).
 KIND_ENGINE_NOTICE = "engine_notice"
 
-_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*):(int|float|str)\}")
+_PLACEHOLDER = LazyRegex(None, r"\{([a-z_][a-z0-9_]*):(int|float|str)\}")
 _VALUE = {"int": r"-?\d[\d,]*", "float": r"-?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", "str": r".*?"}
 _WORD = re.compile(r"[A-Za-z_][\w-]*")
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from oomdoctor.evidence.parsers.engine_messages import KIND_ENGINE_MESSAGE
+from oomdoctor.input.patterns import LazyRegex
 
 if TYPE_CHECKING:
     from oomdoctor.base.evidence import Event
     from oomdoctor.inference.facts.store import Facts
 
 
-_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*):(?:int|float|str)\}")
+_PLACEHOLDER = LazyRegex(None, r"\{([a-z_][a-z0-9_]*):(?:int|float|str)\}")
 
 
 def engine_message_facts(f: Facts, events: list[Event]) -> None:
