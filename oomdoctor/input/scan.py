@@ -110,19 +110,25 @@ class _RegexBackend:
 
 def _first_per_line(chunk: bytes, hits: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     """(line start, first anchor, every anchor's bit) per line from (match start, anchor index) pairs in any order."""
-    best: dict[int, tuple[int, int]] = {}
-    masks: dict[int, int] = {}
-    rfind = chunk.rfind
+    # In (start, index) order a line's first hit is its leftmost anchor (ties to the one listed first), and the
+    # line's start and end are looked up once per line, not once per hit (a retraction line holds two anchors).
+    hits.sort()
+    out: list[tuple[int, int, int]] = []
+    rfind, find = chunk.rfind, chunk.find
+    line, first, mask, line_end = -1, 0, 0, -1
     for start, i in hits:
-        line = rfind(b"\n", 0, start) + 1
-        old = best.get(line)
-        if old is None:
-            best[line], masks[line] = (start, i), 1 << i
-            continue
-        masks[line] |= 1 << i
-        if (start, i) < old:
-            best[line] = (start, i)
-    return [(line, best[line][1], masks[line]) for line in sorted(best)]
+        if start > line_end:
+            if line >= 0:
+                out.append((line, first, mask))
+            line, first, mask = rfind(b"\n", 0, start) + 1, i, 1 << i
+            line_end = find(b"\n", start)
+            if line_end < 0:
+                line_end = len(chunk)
+        else:
+            mask |= 1 << i
+    if line >= 0:
+        out.append((line, first, mask))
+    return out
 
 
 class _HyperscanBackend:
@@ -309,6 +315,26 @@ class Reading:
         self.unread.append(physical)
         return True
 
+    def holds_next(self, anchor: int) -> bool:
+        """Whether the next line of ``anchor`` would be held by ``hold``; if so it is counted as seen here."""
+        n = self.seen.get(anchor, 0)
+        if n < self.keep_first or self.is_busy():
+            return False
+        self.seen[anchor] = n + 1
+        return True
+
+    def held_run(self, anchor: int, lines: list[tuple[int, bytes]], skipped: int) -> None:
+        """Hold a run of lines of ``anchor`` already counted by holds_next: ``lines``, the run's last ones, after
+        ``skipped`` earlier ones (as many calls of ``hold`` would, less the lines it would drop again)."""
+        held = self.held.setdefault(anchor, deque())
+        evicted = skipped + max(0, len(held) + len(lines) - self.keep_last)
+        for _ in range(max(0, len(held) + len(lines) - self.keep_last)):
+            held.popleft()
+        held.extend(lines)
+        if evicted:
+            literal = self.anchors[anchor]
+            self.dropped[literal] = self.dropped.get(literal, 0) + evicted
+
     def release(self, anchor: int | None = None) -> list[tuple[int, bytes, int]]:
         """The held lines (of one anchor, or of all), in line order, as (line number, text, anchor bit)."""
         keys = [anchor] if anchor is not None else list(self.held)
@@ -493,6 +519,29 @@ class _Scan:
         for line in lines:
             self.side_feed(line)
 
+    def _flush_held(self, chunk: bytes, run: list[tuple[int, int]], prev: int, lineno: int) -> tuple[int, int]:
+        """Hold a run of counted lines ((anchor, start), in order, none read between them): only the ones kept
+        are cut out and numbered (the last keep_last of each anchor, the last UNREAD_KEPT of all); the
+        line count goes on from ``prev`` (numbered ``lineno``) to the last one kept."""
+        reading = self.reading
+        assert reading is not None
+        by_anchor: dict[int, list[int]] = {}
+        for anchor, start in run:
+            by_anchor.setdefault(anchor, []).append(start)
+        keep = reading.keep_last
+        wanted = {start for starts in by_anchor.values() for start in starts[-keep:]} if keep else set()
+        wanted.update(start for _, start in run[-UNREAD_KEPT:])
+        cut: dict[int, tuple[int, bytes]] = {}
+        for start in sorted(wanted):
+            lineno += chunk.count(b"\n", prev, start)
+            prev = start
+            cut[start] = (lineno, chunk[start : chunk.find(b"\n", start)])
+        for anchor, starts in by_anchor.items():
+            kept = starts[-keep:] if keep else []
+            reading.held_run(anchor, [cut[s] for s in kept], len(starts) - len(kept))
+        reading.unread.extend(cut[start][1] for _, start in run[-UNREAD_KEPT:])
+        return prev, lineno
+
     def chunk(self, chunk: bytes) -> Iterator[Line]:
         """The lines of one chunk to read, in order (and the side's lines fed on the way)."""
         found, side_found = self._found(chunk)
@@ -505,6 +554,10 @@ class _Scan:
         side_at = self._side_starts(chunk, side_found) if self.side is not None else []
         side_masks = {start: mask for start, _, mask in side_found}
         reading = self.reading
+        # A line holding only repeating anchors that will be held is not cut out or numbered as it comes: the
+        # run of them up to the next line read is held at once (_flush_held).
+        single, repeat_mask = (reading.single, reading.repeat_mask) if reading is not None and reading.single else ({}, 0)
+        run: list[tuple[int, int]] = []
         prev, lineno = 0, self.base + 1  # the number of the line that starts at offset `prev`
         k, last, j = 0, -1, 0
         while k < len(fixed) or context:
@@ -515,9 +568,18 @@ class _Scan:
             if start <= last:
                 continue
             last = start
+            hit = hits.get(start)
+            if hit is not None and single and hit[1] != ALL and not hit[1] & ~repeat_mask:
+                anchor = single.get(hit[1] & -hit[1])
+                if anchor is not None and reading is not None and reading.holds_next(anchor):
+                    run.append((anchor, start))
+                    continue
+            if run:
+                prev, lineno = self._flush_held(chunk, run, prev, lineno)
+                run = []
             while j < len(side_at) and side_at[j] < start:
-                # The side's lines before this one, in the same forward count of newlines.
-                lineno += chunk.count(b"\n", prev, side_at[j])
+                # The side's lines before this one, in the same count of newlines.
+                lineno += chunk.count(b"\n", prev, side_at[j]) if side_at[j] >= prev else -chunk.count(b"\n", side_at[j], prev)
                 prev = side_at[j]
                 self._side_line(chunk, prev, lineno, side_masks)
                 j += 1
@@ -525,7 +587,6 @@ class _Scan:
             prev = start
             end = chunk.find(b"\n", start)
             physical = chunk[start:end]
-            hit = hits.get(start)
             if hit is None:
                 if start not in before and reading is not None and not reading.is_busy() and not reading.worth(physical):
                     reading.unread.append(physical)
@@ -541,8 +602,10 @@ class _Scan:
                 if reading is not None:
                     reading.known_busy = None
                 self._after(chunk, end + 1 if end >= 0 else len(chunk), CONTEXT_LINES, context)
+        if run:
+            prev, lineno = self._flush_held(chunk, run, prev, lineno)
         for at in side_at[j:]:
-            lineno += chunk.count(b"\n", prev, at)
+            lineno += chunk.count(b"\n", prev, at) if at >= prev else -chunk.count(b"\n", at, prev)
             prev = at
             self._side_line(chunk, at, lineno, side_masks)
         # lineno - 1 lines end before `prev`; the rest of the chunk's newlines come after it.
