@@ -9,11 +9,13 @@ chunk edges (context lines carried into the next chunk, line numbers counted onc
 from __future__ import annotations
 
 import importlib.util
+import itertools
 from pathlib import Path
 
 import pytest
 
 from oomdoctor.api import diagnose
+from oomdoctor.base.evidence import Line
 from oomdoctor.evidence.parsers import records as rc
 from oomdoctor.input import scan
 from oomdoctor.pipeline.events import ANCHORS
@@ -98,3 +100,40 @@ def test_default_keeps_matchers_off_small_chunks(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv(scan.ENV_SCANNER, raising=False)
     assert scan.scanner_name(ANCHORS, 4096) == "find"
     assert scan.scanner_name(ANCHORS, 1 << 20) in ("hyperscan", "re2", "re")
+
+
+class _SideLines:
+    """A side reader that keeps what it is fed (the node step's anchors)."""
+
+    def __init__(self) -> None:
+        from oomdoctor.inference import nodes
+
+        self.anchors = nodes.ANCHORS
+        self.got: list[tuple] = []
+
+    def feed(self, line: Line) -> None:
+        self.got.append(tuple(line))
+
+
+@pytest.mark.parametrize("backend", INSTALLED)
+def test_side_reader_gets_the_lines_a_scan_of_its_own_reads(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node step read in the main pass (one search, one line count) is fed exactly the anchored lines of a
+    scan with its own anchors, at chunk edges too; the main scan's lines are unchanged by it."""
+    from oomdoctor.inference import nodes
+
+    monkeypatch.setenv(scan.ENV_SCANNER, backend)
+    multi = sorted((FIXTURES / "multi-node").rglob("*.log"))
+    body = b"".join(p.read_bytes().rstrip(b"\n") + b"\n" for p in multi)
+    big = body * (2 * (1 << 20) // len(body) + 1)
+    cut = [0, big.rfind(b"\n", 0, 1 << 20) + 1, big.rfind(b"\n", 0, 2 << 20) + 1, len(big)]
+    cases = [[p.read_bytes().rstrip(b"\n") + b"\n"] for p in multi] + [[big[a:b] for a, b in itertools.pairwise(cut)]]
+    fed = 0
+    for chunks in cases:
+        side, with_side, alone = _SideLines(), [0], [0]
+        main = [tuple(ln) for ln in scan.scan_lines(iter(chunks), "x", ANCHORS, with_side, rc.BEFORE_ANCHORS, None, side)]
+        assert main == [tuple(ln) for ln in scan.scan_lines(iter(chunks), "x", ANCHORS, alone, rc.BEFORE_ANCHORS)]
+        assert with_side == alone
+        own = [tuple(ln) for ln in scan.scan_lines(iter(chunks), "x", nodes.ANCHORS, [0]) if ln.anchored]
+        assert side.got == own
+        fed += len(own)
+    assert fed > 100

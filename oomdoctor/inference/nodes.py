@@ -12,16 +12,16 @@ so two failures less than SKEW_TOLERANCE_S apart are treated as simultaneous; th
 failure (an out-of-memory error) is the cause, and what follows on the other nodes (NCCL timeouts,
 watchdog aborts, connection resets, "rank N exited") is a consequence, never the verdict.
 
-Pure apart from reading the inputs a second time (for the consequence lines the parsers do not read).
+Pure apart from reading an input a second time when one input turned out to name nodes (scan_input).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from oomdoctor.base import timestamps
 from oomdoctor.base.evidence import Line, LineRef
@@ -209,26 +209,16 @@ def ts_key(ts: str | None) -> tuple[int, float] | None:
 class NodeScan:
     """What the lines of one input say about its nodes: per prefix node, its identity and its consequences.
 
-    Fed with the input's anchored lines by the main read (pipeline/events.read_events, with ANCHORS added
-    to its own), so a multi-input incident reads each input once.
+    Fed with the input's lines holding one of ``anchors`` by the main read (pipeline/events.read_events
+    hands it to the scanner as its side reader), so a multi-input incident reads each input once.
     """
 
+    anchors: ClassVar[tuple[bytes, ...]] = ANCHORS
     identity: dict[str | None, dict[str, Any]] = field(default_factory=dict)
     consequences: list[tuple[str | None, str, Line, str | None]] = field(default_factory=list)
     prefix_nodes: dict[str, str] = field(default_factory=dict)
     containers: dict[str, str] = field(default_factory=dict)
     last_ts: dict[str | None, str] = field(default_factory=dict)
-    lines_before: int = 0  # lines of the chunks read so far
-
-    def reading(self, chunks: Iterable[bytes], display: str) -> Iterator[bytes]:
-        """Pass the main read's chunks through, reading this scan's anchored lines of each on the way."""
-        for chunk in chunks:
-            counter = [0]  # the chunk's lines, counted by the scan (a second count of every chunk cost as much as the scan)
-            for line in scan_lines((chunk,), display, ANCHORS, counter):
-                if line.anchored:
-                    self.feed(line._replace(ref=line.ref._replace(line=line.ref.line + self.lines_before)))
-            self.lines_before += counter[0]
-            yield chunk
 
     def feed(self, line: Line) -> None:
         """Read one anchored line (its prefix already split by the scanner)."""

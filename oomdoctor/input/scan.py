@@ -43,6 +43,13 @@ if TYPE_CHECKING:
             when the backend does not know them) for every line holding an anchor, in order."""
             ...
 
+    # A second reader of the same input (the node step): its own anchors, fed its anchored lines.
+    class Side(Protocol):
+        @property
+        def anchors(self) -> tuple[bytes, ...]: ...
+
+        def feed(self, line: Line) -> None: ...
+
 # Lines after an anchor that are also read: wrapped OOM messages, the multi-line KV allocator
 # error ("Try to allocate N tokens." / "Available full tokens: ..."), hard-wrapped server_args.
 CONTEXT_LINES = 3
@@ -103,19 +110,25 @@ class _RegexBackend:
 
 def _first_per_line(chunk: bytes, hits: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     """(line start, first anchor, every anchor's bit) per line from (match start, anchor index) pairs in any order."""
-    best: dict[int, tuple[int, int]] = {}
-    masks: dict[int, int] = {}
-    rfind = chunk.rfind
+    # In (start, index) order a line's first hit is its leftmost anchor (ties to the one listed first), and the
+    # line's start and end are looked up once per line, not once per hit (a retraction line holds two anchors).
+    hits.sort()
+    out: list[tuple[int, int, int]] = []
+    rfind, find = chunk.rfind, chunk.find
+    line, first, mask, line_end = -1, 0, 0, -1
     for start, i in hits:
-        line = rfind(b"\n", 0, start) + 1
-        old = best.get(line)
-        if old is None:
-            best[line], masks[line] = (start, i), 1 << i
-            continue
-        masks[line] |= 1 << i
-        if (start, i) < old:
-            best[line] = (start, i)
-    return [(line, best[line][1], masks[line]) for line in sorted(best)]
+        if start > line_end:
+            if line >= 0:
+                out.append((line, first, mask))
+            line, first, mask = rfind(b"\n", 0, start) + 1, i, 1 << i
+            line_end = find(b"\n", start)
+            if line_end < 0:
+                line_end = len(chunk)
+        else:
+            mask |= 1 << i
+    if line >= 0:
+        out.append((line, first, mask))
+    return out
 
 
 class _HyperscanBackend:
@@ -130,7 +143,8 @@ class _HyperscanBackend:
         self._db.compile(expressions=[_hex(a) for a in anchors], ids=list(range(len(anchors))), elements=len(anchors))
         self._lengths = [len(a) for a in anchors]
 
-    def anchored_lines(self, chunk: bytes) -> list[tuple[int, int, int]]:
+    def hits(self, chunk: bytes) -> list[tuple[int, int]]:
+        """(match start, anchor index) of every match, overlapping ones too."""
         hits: list[tuple[int, int]] = []
         lengths = self._lengths
 
@@ -138,7 +152,10 @@ class _HyperscanBackend:
             hits.append((to - lengths[i], i))
 
         self._db.scan(chunk, match_event_handler=on_match)
-        return _first_per_line(chunk, hits)
+        return hits
+
+    def anchored_lines(self, chunk: bytes) -> list[tuple[int, int, int]]:
+        return _first_per_line(chunk, self.hits(chunk))
 
 
 class _FindBackend:
@@ -149,7 +166,8 @@ class _FindBackend:
     def __init__(self, anchors: tuple[bytes, ...]) -> None:
         self._anchors = anchors
 
-    def anchored_lines(self, chunk: bytes) -> list[tuple[int, int, int]]:
+    def hits(self, chunk: bytes) -> list[tuple[int, int]]:
+        """(match start, anchor index) of every match, overlapping ones too."""
         hits: list[tuple[int, int]] = []
         find = chunk.find
         for i, anchor in enumerate(self._anchors):
@@ -157,7 +175,10 @@ class _FindBackend:
             while pos >= 0:
                 hits.append((pos, i))
                 pos = find(anchor, pos + 1)
-        return _first_per_line(chunk, hits)
+        return hits
+
+    def anchored_lines(self, chunk: bytes) -> list[tuple[int, int, int]]:
+        return _first_per_line(chunk, self.hits(chunk))
 
 
 @functools.lru_cache(maxsize=16)
@@ -214,6 +235,15 @@ def _cr_segments(physical: bytes, anchors: tuple[bytes, ...]) -> list[bytes]:
     return out
 
 
+@functools.cache
+def _repeat_bits(anchors: tuple[bytes, ...], repeating: tuple[bytes, ...]) -> tuple[dict[int, int], int]:
+    """Each repeating anchor's bit mapped to its index, and their mask: once per process, not once per input
+    (the index of every anchor was built for each of 128 rank files)."""
+    index = {a: i for i, a in enumerate(anchors)}
+    single = {1 << index[a]: index[a] for a in repeating if a in index}
+    return single, sum(single)
+
+
 class Reading:
     """What the reader of the scanned lines needs of them, so that the scanner reads no more.
 
@@ -238,10 +268,9 @@ class Reading:
         keep_last: int = 64,
     ) -> None:
         self.busy = busy
+        self.known_busy: bool | None = None  # busy() since the last line handed over (only a line read changes it)
         self.worth = worth
-        index = {a: i for i, a in enumerate(anchors)}
-        self.single = {1 << index[a]: index[a] for a in repeating if a in index}
-        self.repeat_mask = sum(self.single)
+        self.single, self.repeat_mask = _repeat_bits(anchors, tuple(repeating))
         self.keep_first = keep_first
         self.keep_last = keep_last
         self.seen: dict[int, int] = {}
@@ -265,11 +294,17 @@ class Reading:
             return None
         return self.single.get(mask & -mask)
 
+    def is_busy(self) -> bool:
+        """busy(), asked once between two lines handed over: a run of counted lines asks it once."""
+        if self.known_busy is None:
+            self.known_busy = self.busy()
+        return self.known_busy
+
     def hold(self, anchor: int, lineno: int, physical: bytes) -> bool:
         """Count one line of a repeating anchor; True when it is held (not read now)."""
         n = self.seen.get(anchor, 0) + 1
         self.seen[anchor] = n
-        if n <= self.keep_first or self.busy():
+        if n <= self.keep_first or self.is_busy():
             return False
         held = self.held.setdefault(anchor, deque())
         if len(held) == self.keep_last:
@@ -280,6 +315,26 @@ class Reading:
         self.unread.append(physical)
         return True
 
+    def holds_next(self, anchor: int) -> bool:
+        """Whether the next line of ``anchor`` would be held by ``hold``; if so it is counted as seen here."""
+        n = self.seen.get(anchor, 0)
+        if n < self.keep_first or self.is_busy():
+            return False
+        self.seen[anchor] = n + 1
+        return True
+
+    def held_run(self, anchor: int, lines: list[tuple[int, bytes]], skipped: int) -> None:
+        """Hold a run of lines of ``anchor`` already counted by holds_next: ``lines``, the run's last ones, after
+        ``skipped`` earlier ones (as many calls of ``hold`` would, less the lines it would drop again)."""
+        held = self.held.setdefault(anchor, deque())
+        evicted = skipped + max(0, len(held) + len(lines) - self.keep_last)
+        for _ in range(max(0, len(held) + len(lines) - self.keep_last)):
+            held.popleft()
+        held.extend(lines)
+        if evicted:
+            literal = self.anchors[anchor]
+            self.dropped[literal] = self.dropped.get(literal, 0) + evicted
+
     def release(self, anchor: int | None = None) -> list[tuple[int, bytes, int]]:
         """The held lines (of one anchor, or of all), in line order, as (line number, text, anchor bit)."""
         keys = [anchor] if anchor is not None else list(self.held)
@@ -288,18 +343,46 @@ class Reading:
         return out
 
 
+@functools.cache
+def _before_ids(anchors: tuple[bytes, ...], before_anchors: tuple[bytes, ...]) -> tuple[frozenset[int], int | None]:
+    """The indexes of the failure anchors, and their bits (None unless every one is an anchor that cannot hold a
+    newline: then a line holds one exactly when its bit is in the line's mask)."""
+    ids = frozenset(i for i, a in enumerate(anchors) if a in before_anchors)
+    complete = all(a in anchors and b"\n" not in a for a in before_anchors)
+    return ids, (sum(1 << i for i in ids) if complete else None)
+
+
+@functools.cache
+def _joined(anchors: tuple[bytes, ...], side: tuple[bytes, ...]) -> tuple[tuple[bytes, ...], dict[int, int]]:
+    """Our anchors and then the side's others, for one search; and, of each side anchor's position in it, its index in ``side``."""
+    own = set(anchors)
+    both = anchors + tuple(a for a in dict.fromkeys(side) if a not in own)
+    position = {a: i for i, a in reversed(list(enumerate(both)))}
+    return both, {position[a]: j for j, a in reversed(list(enumerate(side)))}
+
+
 class _Scan:
     """One input's scan: its line numbers, the ranks its prefixes name, and the lines after an anchor still to read."""
 
-    def __init__(self, path: str, anchors: tuple[bytes, ...], before_anchors: tuple[bytes, ...], reading: Reading | None) -> None:
+    def __init__(
+        self, path: str, anchors: tuple[bytes, ...], before_anchors: tuple[bytes, ...], reading: Reading | None, side: Side | None = None
+    ) -> None:
         self.path = path
         self.anchors = anchors
-        self.before_ids = frozenset(i for i, a in enumerate(anchors) if a in before_anchors)
+        self.before_ids, self.before_mask = _before_ids(anchors, before_anchors)
         self.before_anchors = before_anchors
         self.reading = reading
         self.base = 0  # lines before this chunk
         self.pending_context = 0  # lines after the last chunk's last anchored line, read at this chunk's start
         self.last_rank: dict[str | None, str | None] = {}  # per node (kubectl --prefix, srun -l, Ray ip=)
+        self.side = side
+        if side is not None:
+            # The side's lines as a scan of their own would read them (every anchored line and the
+            # CONTEXT_LINES after it, ranks from its own lines), found in the same pass as ours and
+            # numbered by the same newline count: the input is read once.
+            self.side_scan = _Scan(path, side.anchors, (), None)
+            self.side_feed = side.feed
+            self.both, self.side_of = _joined(anchors, side.anchors)
 
     def _segments(self, physical: bytes) -> list[bytes] | tuple[bytes]:
         return _cr_segments(physical, self.anchors) if b"\r" in physical.rstrip(b"\r") else (physical,)
@@ -338,6 +421,8 @@ class _Scan:
     def replay(self, held: list[tuple[int, bytes, int]]) -> Iterator[Line]:
         for lineno, physical, mask in held:
             yield from self.lines(physical, lineno, True, mask, replayed=True)
+        if held and self.reading is not None:
+            self.reading.known_busy = None
 
     def _holds_before_anchor(self, chunk: bytes, start: int) -> bool:
         """Whether the line at ``start`` holds a failure word after another anchor came first on it
@@ -350,9 +435,15 @@ class _Scan:
     def _before(self, chunk: bytes, found: list[tuple[int, int, int]]) -> set[int]:
         """The starts of the BEFORE_LINES lines above each failure line of ``chunk``."""
         before: set[int] = set()
-        for start, first, _ in found:
-            if first not in self.before_ids and not self._holds_before_anchor(chunk, start):
-                continue
+        before_ids, before_mask = self.before_ids, self.before_mask
+        for start, first, mask in found:
+            if first not in before_ids:
+                # A backend that reports every anchor of a line has its failure words' bits already.
+                if mask == ALL or before_mask is None:
+                    if not self._holds_before_anchor(chunk, start):
+                        continue
+                elif not mask & before_mask:
+                    continue
             pos = start
             for _ in range(BEFORE_LINES):
                 if pos <= 0:
@@ -389,18 +480,86 @@ class _Scan:
             return True, reading.release(repeat if first not in self.before_ids else None)
         return True, []
 
+    def _found(self, chunk: bytes) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+        """Our anchored lines of ``chunk``, and the side's (empty without a side)."""
+        if self.side is None:
+            return choose(self.anchors, len(chunk)).anchored_lines(chunk), []
+        matcher = choose(self.both, len(chunk))
+        hits = getattr(matcher, "hits", None)
+        if hits is None:
+            # A regex backend reports a line's first anchor only, which may be the other reader's: a pass each.
+            return choose(self.anchors, len(chunk)).anchored_lines(chunk), choose(self.side_scan.anchors, len(chunk)).anchored_lines(chunk)
+        every = hits(chunk)
+        n, side_of = len(self.anchors), self.side_of
+        ours = [h for h in every if h[1] < n]
+        theirs = [(start, side_of[i]) for start, i in every if i in side_of]
+        return _first_per_line(chunk, ours), _first_per_line(chunk, theirs)
+
+    def _side_starts(self, chunk: bytes, found: list[tuple[int, int, int]]) -> list[int]:
+        """The starts of the side's lines in ``chunk``: its anchored lines and the CONTEXT_LINES after each."""
+        side = self.side_scan
+        starts: deque[int] = deque()
+        carried, side.pending_context = side.pending_context, 0
+        side._after(chunk, 0, carried, starts, carry=False)
+        for start, _, _ in found:
+            starts.append(start)
+            end = chunk.find(b"\n", start)
+            side._after(chunk, end + 1 if end >= 0 else len(chunk), CONTEXT_LINES, starts)
+        return sorted(set(starts))
+
+    def _side_line(self, chunk: bytes, start: int, lineno: int, masks: dict[int, int]) -> None:
+        side = self.side_scan
+        end = chunk.find(b"\n", start)
+        mask = masks.get(start)
+        lines = side.lines(chunk[start:end], lineno, mask is not None, mask or 0)
+        if mask is None:
+            for _ in lines:  # a line after an anchored one: only its prefix's rank is kept
+                pass
+            return
+        for line in lines:
+            self.side_feed(line)
+
+    def _flush_held(self, chunk: bytes, run: list[tuple[int, int]], prev: int, lineno: int) -> tuple[int, int]:
+        """Hold a run of counted lines ((anchor, start), in order, none read between them): only the ones kept
+        are cut out and numbered (the last keep_last of each anchor, the last UNREAD_KEPT of all); the
+        line count goes on from ``prev`` (numbered ``lineno``) to the last one kept."""
+        reading = self.reading
+        assert reading is not None
+        by_anchor: dict[int, list[int]] = {}
+        for anchor, start in run:
+            by_anchor.setdefault(anchor, []).append(start)
+        keep = reading.keep_last
+        wanted = {start for starts in by_anchor.values() for start in starts[-keep:]} if keep else set()
+        wanted.update(start for _, start in run[-UNREAD_KEPT:])
+        cut: dict[int, tuple[int, bytes]] = {}
+        for start in sorted(wanted):
+            lineno += chunk.count(b"\n", prev, start)
+            prev = start
+            cut[start] = (lineno, chunk[start : chunk.find(b"\n", start)])
+        for anchor, starts in by_anchor.items():
+            kept = starts[-keep:] if keep else []
+            reading.held_run(anchor, [cut[s] for s in kept], len(starts) - len(kept))
+        reading.unread.extend(cut[start][1] for _, start in run[-UNREAD_KEPT:])
+        return prev, lineno
+
     def chunk(self, chunk: bytes) -> Iterator[Line]:
-        """The lines of one chunk to read, in order."""
-        found = choose(self.anchors, len(chunk)).anchored_lines(chunk)
+        """The lines of one chunk to read, in order (and the side's lines fed on the way)."""
+        found, side_found = self._found(chunk)
         hits = {start: (first, mask) for start, first, mask in found}
         before = self._before(chunk, found)
         fixed = sorted(hits.keys() | before)
         context: deque[int] = deque()  # starts of the lines after a read anchored line
         carried, self.pending_context = self.pending_context, 0
         self._after(chunk, 0, carried, context, carry=False)
+        side_at = self._side_starts(chunk, side_found) if self.side is not None else []
+        side_masks = {start: mask for start, _, mask in side_found}
         reading = self.reading
+        # A line holding only repeating anchors that will be held is not cut out or numbered as it comes: the
+        # run of them up to the next line read is held at once (_flush_held).
+        single, repeat_mask = (reading.single, reading.repeat_mask) if reading is not None and reading.single else ({}, 0)
+        run: list[tuple[int, int]] = []
         prev, lineno = 0, self.base + 1  # the number of the line that starts at offset `prev`
-        k, last = 0, -1
+        k, last, j = 0, -1, 0
         while k < len(fixed) or context:
             if context and (k >= len(fixed) or context[0] < fixed[k]):
                 start = context.popleft()
@@ -409,22 +568,46 @@ class _Scan:
             if start <= last:
                 continue
             last = start
+            hit = hits.get(start)
+            if hit is not None and single and hit[1] != ALL and not hit[1] & ~repeat_mask:
+                anchor = single.get(hit[1] & -hit[1])
+                if anchor is not None and reading is not None and reading.holds_next(anchor):
+                    run.append((anchor, start))
+                    continue
+            if run:
+                prev, lineno = self._flush_held(chunk, run, prev, lineno)
+                run = []
+            while j < len(side_at) and side_at[j] < start:
+                # The side's lines before this one, in the same count of newlines.
+                lineno += chunk.count(b"\n", prev, side_at[j]) if side_at[j] >= prev else -chunk.count(b"\n", side_at[j], prev)
+                prev = side_at[j]
+                self._side_line(chunk, prev, lineno, side_masks)
+                j += 1
             lineno += chunk.count(b"\n", prev, start)
             prev = start
             end = chunk.find(b"\n", start)
             physical = chunk[start:end]
-            hit = hits.get(start)
             if hit is None:
-                if start not in before and reading is not None and not reading.busy() and not reading.worth(physical):
+                if start not in before and reading is not None and not reading.is_busy() and not reading.worth(physical):
                     reading.unread.append(physical)
                     continue
                 yield from self.lines(physical, lineno, False, 0)
+                if reading is not None:
+                    reading.known_busy = None
                 continue
             read, held = self._anchored(physical, lineno, *hit)
             yield from self.replay(held)
             if read:
                 yield from self.lines(physical, lineno, True, hit[1])
+                if reading is not None:
+                    reading.known_busy = None
                 self._after(chunk, end + 1 if end >= 0 else len(chunk), CONTEXT_LINES, context)
+        if run:
+            prev, lineno = self._flush_held(chunk, run, prev, lineno)
+        for at in side_at[j:]:
+            lineno += chunk.count(b"\n", prev, at) if at >= prev else -chunk.count(b"\n", at, prev)
+            prev = at
+            self._side_line(chunk, at, lineno, side_masks)
         # lineno - 1 lines end before `prev`; the rest of the chunk's newlines come after it.
         self.base = lineno - 1 + chunk.count(b"\n", prev)
 
@@ -436,6 +619,7 @@ def scan_lines(
     counter: list[int],
     before_anchors: tuple[bytes, ...] = (),
     reading: Reading | None = None,
+    side: Side | None = None,
 ) -> Iterator[Line]:
     """Yield the anchored lines (and their context lines) of a stream of whole-line chunks.
 
@@ -445,8 +629,12 @@ def scan_lines(
     ``reading``; with it, those it asks for). ``counter[0]`` is set to the total number of lines seen,
     for the input report. Newlines are counted once per chunk: up to each line read as it is reached,
     the rest after it.
+
+    A ``side`` (the node step of a multi-input incident) is fed its own anchored lines on the same
+    pass: found by the same multi-literal search where the backend reports every anchor of a line
+    (hyperscan, find; a regex backend makes a pass of its own), numbered by the same newline count.
     """
-    scan = _Scan(path, anchors, before_anchors, reading)
+    scan = _Scan(path, anchors, before_anchors, reading, side)
     for chunk in chunks:
         yield from scan.chunk(chunk)
         counter[0] = scan.base

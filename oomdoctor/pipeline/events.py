@@ -219,6 +219,17 @@ def _context_worth(parsers: tuple[_Parser, ...]) -> Callable[[bytes], bool]:
     return worth
 
 
+@functools.cache
+def _repeating(declared: tuple[tuple[tuple[bytes, str], ...], ...]) -> dict[bytes, str]:
+    """The literals of the lines that repeat (the parsers' REPEATING), each with its event kind: built once per
+    process, not once per input."""
+    repeating: dict[bytes, str] = {a: kind for pairs in declared for a, kind in pairs}
+    # The catalogue's notices repeat too (a retraction, a preemption, a progress bar's redraw); a literal a
+    # dedicated parser already counts keeps that parser's kind.
+    repeating.update({a: em.KIND_ENGINE_NOTICE for a in em.notice_anchors() if a not in repeating})
+    return repeating
+
+
 def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None) -> list[Event]:
     """Scan one input and run every parser over its lines; pure apart from reading the input.
 
@@ -229,10 +240,7 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
     # The catalogue's engine messages fill the gaps: a line a dedicated parser read is theirs.
     catalogue = em.EngineMessageParser()
     routes = tuple(_Route(p) for p in parsers)
-    repeating: dict[bytes, str] = {a: kind for p in parsers for a, kind in getattr(p, "REPEATING", ())}
-    # The catalogue's notices repeat too (a retraction, a preemption, a progress bar's redraw); a literal a
-    # dedicated parser already counts keeps that parser's kind.
-    repeating.update({a: em.KIND_ENGINE_NOTICE for a in em.notice_anchors() if a not in repeating})
+    repeating = _repeating(tuple(getattr(p, "REPEATING", ()) for p in parsers))
     reading = Reading(
         ANCHORS, lambda: any(getattr(p, "pending", True) for p in parsers), _context_worth(parsers), repeating, _KEEP_FIRST, _KEEP_LAST
     )
@@ -267,9 +275,7 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
         stats.warn(f"lines are cut at column {width} (a terminal's hard wrap): each cut line is read joined to its rest")
 
     chunks = repaired(issue_chunks(iter_line_chunks(path, stats), path, display, issue_note), reversed_note, dedent_note, unwrap_note)
-    if node_scan is not None:
-        chunks = node_scan.reading(chunks, display)
-    for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS, reading):
+    for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS, reading, node_scan):
         if line.system:
             stats.system_hints[line.system] = stats.system_hints.get(line.system, 0) + 1
         if line.node:

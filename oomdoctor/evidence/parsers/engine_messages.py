@@ -91,11 +91,13 @@ def _compiled(template: str) -> re.Pattern[str]:
     return re.compile(template_pattern(template))
 
 
+@functools.cache
 def anchors() -> tuple[bytes, ...]:
     """The scanner's literals for the catalogue's messages (one per distinct literal)."""
     return tuple(dict.fromkeys(e.anchor.encode() for e in table().entries))
 
 
+@functools.cache
 def notice_anchors() -> tuple[bytes, ...]:
     """The literals of the notices: lines holding only such literals repeat and are counted by the scanner."""
     return tuple(dict.fromkeys(e.anchor.encode() for e in table().entries if e.notice))
