@@ -224,3 +224,17 @@ def test_the_run_time_phase_map_is_what_the_tool_writes_from_the_committed_map(p
         for field in named:
             kind, _, rest = field.partition(":")
             assert kind in ("own", "calls") and rest.split("=", 1)[0] in PHASES, field[:200]
+
+
+def test_a_long_series_is_bisected_once_more_where_its_read_releases_disagree() -> None:
+    """vLLM 0.6 has 12 finals; 0.6.0, 0.6.3.post1 and 0.6.6.post1 are read, and only 0.6.4 / 0.6.4.post1 printed
+    'Memory profiling results: ... initial_memory_usage=...': halfway between two read releases whose memory
+    messages differ, one more final is read; between two that agree, none; a short series never."""
+    rel = _releases_module()
+    series = ["0.6.0", "0.6.1", "0.6.1.post1", "0.6.1.post2", "0.6.2", "0.6.3", "0.6.3.post1", "0.6.4", "0.6.4.post1", "0.6.5", "0.6.6", "0.6.6.post1"]
+    chosen = rel.select([*series, "0.7.0", "0.7.3"], None)
+    assert chosen == ["0.6.0", "0.6.3.post1", "0.6.6.post1", "0.7.0", "0.7.3"]
+    printed = {v: {"profile v1"} for v in series} | {"0.6.4": {"initial usage"}, "0.6.4.post1": {"initial usage"}, "0.6.5": {"profile v2"}, "0.6.6": {"profile v2"}, "0.6.6.post1": {"profile v2"}}
+    assert rel.midpoints([*series, "0.7.0", "0.7.3"], chosen, lambda a, b: printed.get(a) != printed.get(b)) == ["0.6.4.post1"]
+    assert rel.midpoints(series, chosen, lambda a, b: False) == []
+    assert rel.midpoints(["0.4.0", "0.4.1", "0.4.2"], ["0.4.0", "0.4.2"], lambda a, b: True) == []

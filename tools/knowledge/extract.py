@@ -237,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
 
     notes: list[str] = []
     plan: list[tuple[releases.Engine, list[str]]] = []
+    plan_versions: dict[str, list[str]] = {}
     for engine in releases.ENGINES:
         if args.engines and engine.name not in args.engines:
             continue
@@ -248,30 +249,28 @@ def main(argv: list[str] | None = None) -> int:
         last = releases.QUICK_MINORS if args.quick and engine.name in ("sglang", "vllm") else None
         pick = releases.every_final if args.offline else releases.select
         plan.append((engine, pick(versions, engine.first_minor, last)))
+        plan_versions[engine.name] = versions
 
     sources: dict[str, dict] = {}
     messages: list[dict] = []
     functions: dict[str, list[dict]] = {}
     overrides = load_overrides()
     for engine, chosen in plan:
-        print(f"{engine.name}: {len(chosen)} releases {chosen[0]} .. {chosen[-1]}", file=sys.stderr)
-        archives: dict[str, Path] = {}
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            fetched = dict(zip(chosen, pool.map(lambda v, e=engine: releases.fetch(e.name, v, args.cache), chosen), strict=True))
-        for version in chosen:
-            path, how = fetched[version]
-            if path is None:
-                notes.append(f"{engine.name} {version}: {how}, skipped")
-                print("  " + notes[-1], file=sys.stderr)
-            else:
-                archives[version] = path
-        scans: dict[str, dict] = {}
-        with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
-            futs = {v: pool.submit(scan_release, p, engine.package, args.cache) for v, p in archives.items()}
-            more = {v: pool.submit(scan_release_more, p, engine.name, engine.package, args.cache) for v, p in archives.items()}
-            for version, fut in futs.items():
-                scans[version] = {**fut.result(), "more": more[version].result()}
-                print(f"  {engine.name} {version}: {len(scans[version]['modules'])} modules", file=sys.stderr)
+        archives, scans = _read(engine, chosen, args, notes)
+        if not args.offline:
+            # One more level of bisection where a long series' read releases disagree (releases.midpoints);
+            # the offline run reads every cached final, so it reads these too.
+            templates = {v: _memory_templates(data) for v, data in scans.items()}
+
+            def disagree(a: str, b: str, t: dict[str, frozenset[str]] = templates) -> bool:
+                return a in t and b in t and t[a] != t[b]
+
+            extra = releases.midpoints(plan_versions[engine.name], chosen, disagree, engine.first_minor)
+            if extra:
+                more_archives, more_scans = _read(engine, extra, args, notes)
+                archives.update(more_archives)
+                scans.update(more_scans)
+                chosen = sorted({*chosen, *extra}, key=releases.version_key)
         order = [v for v in chosen if v in scans]
         functions[engine.name], covered = build_functions(engine.name, order, scans)
         sources[engine.name] = {
@@ -307,6 +306,34 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("sources.json", "messages.json", "phases.json", "recognizer.json", "frame_phases.tsv"):
         print(f"{name}: {(args.out / name).stat().st_size / 1e6:.2f} MB", file=sys.stderr)
     return 0
+
+
+def _read(engine: releases.Engine, chosen: list[str], args: argparse.Namespace, notes: list[str]) -> tuple[dict[str, Path], dict[str, dict]]:
+    """Fetch and parse these releases of one engine: (archive per version, parse per version)."""
+    print(f"{engine.name}: {len(chosen)} releases {chosen[0]} .. {chosen[-1]}", file=sys.stderr)
+    archives: dict[str, Path] = {}
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        fetched = dict(zip(chosen, pool.map(lambda v: releases.fetch(engine.name, v, args.cache), chosen), strict=True))
+    for version in chosen:
+        path, how = fetched[version]
+        if path is None:
+            notes.append(f"{engine.name} {version}: {how}, skipped")
+            print("  " + notes[-1], file=sys.stderr)
+        else:
+            archives[version] = path
+    scans: dict[str, dict] = {}
+    with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
+        futs = {v: pool.submit(scan_release, p, engine.package, args.cache) for v, p in archives.items()}
+        more = {v: pool.submit(scan_release_more, p, engine.name, engine.package, args.cache) for v, p in archives.items()}
+        for version, fut in futs.items():
+            scans[version] = {**fut.result(), "more": more[version].result()}
+            print(f"  {engine.name} {version}: {len(scans[version]['modules'])} modules", file=sys.stderr)
+    return archives, scans
+
+
+def _memory_templates(data: dict) -> frozenset[str]:
+    """The memory messages one release prints (what the catalogue keeps of it)."""
+    return frozenset(t for mod in data["modules"] + data.get("more", []) for t, _level, function, _exc in mod["messages"] if classify.is_memory(t, function))
 
 
 def _cached_versions(cache: Path, name: str) -> list[str]:

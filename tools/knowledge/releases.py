@@ -2,12 +2,16 @@
 
 The selection rule lives here (not in a hand-kept list) so a rerun picks the same releases from the
 same index: the first and the last final release of every minor series from an engine's first
-minor of interest on, and the middle one of a series of LONG_SERIES finals or more. Pre-releases (rc, dev, a, b) are left out: servers in the field run finals.
+minor of interest on, and the middle one of a series of LONG_SERIES finals or more; in such a series, where
+two neighbouring read releases print different memory messages, the final release halfway between them
+is read as well (``midpoints``: one more level of bisection). Pre-releases (rc, dev, a, b) are left out:
+servers in the field run finals.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -15,6 +19,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +86,28 @@ def select(versions: list[str], first_minor: tuple[int, int] | None, last_minors
         if len(series) >= LONG_SERIES:
             chosen.add(series[len(series) // 2])
     return sorted(chosen, key=version_key)
+
+
+def midpoints(versions: list[str], chosen: list[str], disagree: Callable[[str, str], bool], first_minor: tuple[int, int] | None = None) -> list[str]:
+    """Finals to read besides ``chosen``: in a minor series of LONG_SERIES finals or more, the one halfway
+    between two neighbouring chosen releases whose memory messages ``disagree`` (vLLM 0.6.4 alone printed
+    "Memory profiling results: ... initial_memory_usage=...": 0.6.3.post1 and 0.6.6.post1 do not)."""
+    by_minor: dict[tuple[int, int], list[str]] = {}
+    for v in versions:
+        key = version_key(v)
+        if is_final(v) and (first_minor is None or (key[0], key[1]) >= first_minor):
+            by_minor.setdefault((key[0], key[1]), []).append(v)
+    picked = set(chosen)
+    extra: list[str] = []
+    for series in by_minor.values():
+        if len(series) < LONG_SERIES:
+            continue
+        series.sort(key=version_key)
+        read = [i for i, v in enumerate(series) if v in picked]
+        for a, b in itertools.pairwise(read):
+            if b - a > 1 and disagree(series[a], series[b]):
+                extra.append(series[(a + b) // 2])
+    return sorted(extra, key=version_key)
 
 
 def every_final(versions: list[str], first_minor: tuple[int, int] | None, last_minors: int | None = None) -> list[str]:
