@@ -1,10 +1,9 @@
 """The engines' generated phase map (data/knowledge/frame_phases.tsv, from tools/knowledge/): a traceback
 frame's file and function -> the phase the engine's own code puts that function in.
 
-The map is read only when a traceback has a frame under one of the engines' packages, and then only the
-lines of the modules the traceback names are split: the file is one module per line, sorted (its layout
-is described in tools/knowledge/frame_phases.py), so finding a module is a binary search of the bytes,
-not a parse of 5,000 modules. The phases here are the generated vocabulary (prefill_decode, kv_pool, ...); the phase
+The map is read only when a traceback has a frame under one of the engines' packages, and a module's
+functions are split only when a traceback names it (the file is one module per line: its layout is
+described in tools/knowledge/frame_phases.py). The phases here are the generated vocabulary (prefill_decode, kv_pool, ...); the phase
 step maps them onto its own (data/phases.toml, [frame_map]).
 """
 
@@ -43,28 +42,11 @@ def packages() -> frozenset[str]:
 
 
 @functools.cache
-def _text() -> bytes:
-    with open(PATH, "rb") as fh:
-        return fh.read()
-
-
-def _line(data: bytes, key: bytes) -> bytes | None:
-    """The line of ``data`` that starts with ``key``, by a binary search over byte offsets: the lines after
-    the first are sorted (the generator writes them so), and a traceback's dozen look-ups each read a few
-    lines instead of scanning 0.8 MB (or decoding it all)."""
-    lo, hi = data.find(b"\n") + 1, len(data)
-    # Every line that starts before lo sorts before key; every line that starts at hi or after, not.
-    while lo < hi:
-        start = data.rfind(b"\n", 0, (lo + hi) // 2) + 1
-        end = data.find(b"\n", start)
-        end = len(data) if end < 0 else end
-        if data[start:end] < key:
-            lo = end + 1
-        else:
-            hi = start
-    end = data.find(b"\n", lo)
-    line = data[lo : len(data) if end < 0 else end]
-    return line if line.startswith(key) else None
+def _lines() -> dict[str, str]:
+    """Module -> the rest of its line (its phase and named functions), for every module the map lists."""
+    with open(PATH, encoding="utf-8") as fh:
+        next(fh)  # the packages line
+        return dict(line.rstrip("\n").split("\t", 1) for line in fh)
 
 
 def package_path(path: str) -> str:
@@ -103,10 +85,10 @@ def module_of(path: str) -> str | None:
 @functools.cache
 def module(name: str) -> ModulePhases | None:
     """The map's line for a module, or None (a module no release of the engines has, or one that says nothing)."""
-    line = _line(_text(), name.encode() + b"\t")
-    if line is None:
+    rest = _lines().get(name)
+    if rest is None:
         return None
-    fields = line.decode("utf-8").split("\t")
+    fields = [name, *rest.split("\t")]
     own: dict[str, set[str]] = {}
     calls: dict[str, set[str]] = {}
     for field in fields[2:]:
