@@ -194,11 +194,14 @@ def _segment(events_per_input: list[list[Event]]) -> list[Run]:
 def _restart_at(events: list[Event]) -> int | None:
     """Where a run's events show the server starting again: the first start-up line after a failure, from
     the failing rank, that another failure follows (``RESTART_KINDS``); None when there is none."""
+    failures = [i for i, event in enumerate(events) if is_oom_event(event)]
+    if len(failures) < 2:
+        return None
     failed_ranks: set[str | None] = set()
-    for i, event in enumerate(events):
+    for i, event in enumerate(events[: failures[-1]]):
         if is_oom_event(event):
             failed_ranks.add(event.rank)
-        elif event.kind in RESTART_KINDS and event.rank in failed_ranks and any(is_oom_event(e) for e in events[i + 1 :]):
+        elif event.kind in RESTART_KINDS and event.rank in failed_ranks:
             return i
     return None
 
