@@ -132,3 +132,52 @@ def test_an_unprefixed_line_after_lines_not_read_takes_their_rank() -> None:
     got = [(ln.msg, ln.ref.rank) for ln in scan_lines(iter([chunk]), "x", ANCHORS, [0], (), reading)]
     assert got[-1] == ('  File "/x.py", line 1, in f', "TP5")
     assert ("plain", "TP5") not in got
+
+
+_ALLOC_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.95 GiB. GPU 0 has a total capacity of 23.65 GiB of which "
+    "1.06 GiB is free. Including non-PyTorch memory, this process has 22.57 GiB memory in use. Of the allocated memory 21.46 GiB "
+    "is allocated by PyTorch, and 660.62 MiB is reserved by PyTorch but unallocated."
+)
+
+
+def _oom_kinds(evs: list) -> list:
+    return [(e.kind, e.ref.line, {k: v for k, v in e.values.items()}) for e in evs if e.kind == tt.KIND_OOM]
+
+
+def test_a_failure_line_repeated_word_for_word_is_read_once_and_counted(tmp_path: Path) -> None:
+    """A worker stuck in a retry loop prints the same OOM line thousands of times (issue 24: 300,000 lines
+    took 40 s). Each repeat, under its own timestamp, is counted on the first one, not parsed again: the
+    same OOM event, its count in a repeats event, and a warning that says so. (Before: 2,000 events and
+    no warning.)"""
+    n = 2000
+    log = tmp_path / "loop.log"
+    log.write_text("".join(f"[2024-05-01 10:{i // 60 % 60:02d}:{i % 60:02d}] {_ALLOC_OOM}\n" for i in range(n)))
+    stats = InputStats(path=str(log))
+    evs = read_events(str(log), stats)
+    ooms = [e for e in evs if e.kind == tt.KIND_OOM]
+    assert len(ooms) == 1 and ooms[0].ref.line == 1 and ooms[0].get("requested_bytes") == round(1.95 * (1 << 30))
+    rep = [e for e in evs if e.kind == KIND_REPEATS and e.get("kind") == tt.KIND_OOM]
+    assert [(e.ref.line, e.get("dropped"), e.get("total")) for e in rep] == [(2, n - 1, n)]
+    assert stats.warnings == [f"{n - 1} line(s) repeat the failure line just above them word for word: read once, counted"]
+    from oomdoctor.inference.facts.common import occurrences
+
+    assert occurrences(evs, tt.KIND_OOM) == n
+
+
+@pytest.mark.parametrize(
+    "between",
+    ["[2024-05-01 10:00:01] Decode batch, #running-req: 3, #token: 81316, token usage: 0.93\n", ""],
+    ids=["a line between", "another rank"],
+)
+def test_a_failure_line_not_directly_repeated_is_read_again(tmp_path: Path, between: str) -> None:
+    """Near misses: the same OOM after another line, or the same words from another rank, is a failure of its own."""
+    second = f"[2024-05-01 10:00:02] {_ALLOC_OOM}\n" if between else f"[2024-05-01 10:00:02] [rank1]: {_ALLOC_OOM}\n"
+    log = tmp_path / "two.log"
+    log.write_text(f"[2024-05-01 10:00:00] [rank0]: {_ALLOC_OOM}\n" if not between else f"[2024-05-01 10:00:00] {_ALLOC_OOM}\n")
+    with log.open("a") as f:
+        f.write(between + second)
+    stats = InputStats(path=str(log))
+    evs = read_events(str(log), stats)
+    assert len([e for e in evs if e.kind == tt.KIND_OOM]) == 2
+    assert not [e for e in evs if e.kind == KIND_REPEATS] and stats.warnings == []

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Protocol
 
-    from oomdoctor.base.evidence import Line
+    from oomdoctor.base.evidence import Line, LineRef
     from oomdoctor.inference.nodes import NodeScan
 
     class _Parser(Protocol):
@@ -230,6 +230,51 @@ def _repeating(declared: tuple[tuple[tuple[bytes, str], ...], ...]) -> dict[byte
     return repeating
 
 
+class _RepeatedFailures:
+    """A failure line printed again word for word on the next line (a retry loop, a `while true` wrapper, a
+    stuck worker's 300,000 OOM lines) says nothing new: each such line is counted on the failure it
+    repeats, as a repeats event of each failure kind the first one gave, and is not parsed again."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.key: tuple[str, str | None, str | None] | None = None  # (message, rank, node) of the last failure line
+        self.last = -1
+        self.kinds: tuple[str, ...] = ()
+        self.n = 0
+        self.first: LineRef | None = None
+
+    def begin(self, line: Line, read: list[Event]) -> None:
+        """After a line was parsed: it is the one later lines may repeat if it gave a failure of its own."""
+        kinds = tuple(dict.fromkeys(e.kind for e in read if is_oom_event(e) and e.refs[-1].line == line.ref.line))
+        if kinds and line.anchored and not line.replayed:
+            self._reset()
+            self.key, self.last, self.kinds = (line.msg, line.ref.rank, line.node), line.ref.line, kinds
+
+    def counts(self, line: Line, parsers: tuple[_Parser, ...]) -> bool:
+        """Whether ``line`` repeats the failure line just above it (no parser holding a record open): counted."""
+        if self.key is None or line.ref.line != self.last + 1 or line.replayed or (line.msg, line.ref.rank, line.node) != self.key:
+            return False
+        if any(getattr(p, "pending", True) for p in parsers):
+            return False
+        self.last = line.ref.line
+        self.n += 1
+        self.total += 1
+        if self.first is None:
+            self.first = line.ref
+        return True
+
+    def end(self, store: _EventStore) -> None:
+        """A line that is not a repeat ends the run: its count goes into the store."""
+        if self.n and self.first is not None:
+            for kind in self.kinds:
+                store.add(Event(KIND_REPEATS, (self.first,), {"kind": kind, "dropped": self.n, "total": self.n + 1}))
+        if self.key is not None:
+            self._reset()
+
+
 def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None) -> list[Event]:
     """Scan one input and run every parser over its lines; pure apart from reading the input.
 
@@ -274,8 +319,12 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
         stats.joined_pieces = pieces
         stats.warn(f"lines are cut at column {width} (a terminal's hard wrap): each cut line is read joined to its rest")
 
+    repeats = _RepeatedFailures()
     chunks = repaired(issue_chunks(iter_line_chunks(path, stats), path, display, issue_note), reversed_note, dedent_note, unwrap_note)
     for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS, reading, node_scan):
+        if repeats.counts(line, parsers):
+            continue
+        repeats.end(store)
         if line.system:
             stats.system_hints[line.system] = stats.system_hints.get(line.system, 0) + 1
         if line.node:
@@ -298,12 +347,17 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
             read = [e for route in routes if route.wants(line) for e in route.parser.feed(line)]
         cite(read)
         if not any(r.line == line.ref.line and r.path == line.ref.path for e in read for r in e.refs):
-            cite(catalogue.feed(line))
+            read = catalogue.feed(line)
+            cite(read)
+        repeats.begin(line, read)
         # A line that says which phase the server was in (progress bars, serving traffic) is context
         # evidence, cited like any other event.
         context_rule = phase_step.classify_context(line.msg) if not line.msg.startswith(" ") else None
         if context_rule is not None:
             cite([Event(rc.KIND_CONTEXT, (line.ref,), {"phase": context_rule.phase, "after_failure": context_rule.after_failure, **({"fallback": True} if context_rule.fallback else {})})])
+    repeats.end(store)
+    if repeats.total:
+        stats.warn(f"{repeats.total} line(s) repeat the failure line just above them word for word: read once, counted")
     for parser in parsers:
         cite(parser.finish())
     for anchor, n in reading.dropped.items():
