@@ -73,11 +73,14 @@ def test_an_observer_record_alone_is_an_oom_said_to_be_a_fragment(run_cli) -> No
     assert view["budget"]["capacity_bytes"] == 150109880320
 
 
-def test_a_full_card_cublas_failure_stays_unknown_and_low() -> None:
+def test_a_full_card_cublas_failure_stays_low_and_only_a_hypothesis() -> None:
+    """cuBLAS could not get its workspace on a full card: no rule decides it; the differential's lead (a
+    forward pass's matrix product, a step ahead) is named as a hypothesis under 0.5, with no advice."""
     from oomdoctor.api import diagnose
 
     d = diagnose([str(GPU / "oom_cublas.log")])
-    assert d.oom and d.verdict_class == "unknown_oom" and d.verdict_confidence < 0.5
+    assert d.oom and d.verdict_class == "runtime_activation" and d.verdict_rule is None and d.verdict_confidence < 0.5
+    assert d.findings[0].extra["hypothesis"] is True and d.findings[0].recommendations == []
 
 
 def test_the_fork_matrix_that_motivated_the_lazy_observer() -> None:

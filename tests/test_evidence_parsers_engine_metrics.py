@@ -80,7 +80,8 @@ def test_preemptions_before_the_failure_move_the_differential_to_activations() -
     klass, after, facts = _diff([UNKNOWN / "vllm_oom_metrics_preempting.log"])
     assert (facts["metrics_kv_usage"], facts["metrics_preemptions"], facts["metrics_waiting"], facts["metrics_running"]) == (0.99, 37, 12, 64)
     assert facts["metrics_kv_pressure"] is True and facts["server_ready"] is True
-    assert klass == "unknown_oom" and after[0][0] == "runtime_activation" and 0.5 < after[0][1] < 0.7
+    # A step ahead of the next: named as a hypothesis (no rule holds), not decided.
+    assert klass == "runtime_activation" and after[0][0] == "runtime_activation" and 0.5 < after[0][1] < 0.7
     assert "weights_dont_fit" not in dict(after)  # running requests: the weights had loaded
 
 

@@ -142,7 +142,15 @@ def test_whole_values_of_shaped_kinds(text: str, values: dict) -> None:
             "Memory profiling results: total_gpu_memory=7.92GiB initial_memory_usage=0.37GiB peak_torch_memory=0.71GiB memory_usage_post_profile=0.39Gib "
             "non_torch_memory=0.15GiB kv_cache_size=6.27GiB gpu_memory_utilization=0.90",  # 0.6.4 as released: no commas
             vl.KIND_PROFILE_V0_RESULTS,
-            {"total_bytes": g(7.92), "non_kv_bytes": g(0.71) + g(0.15), "non_torch_bytes": g(0.15), "kv_bytes": g(6.27), "gpu_memory_utilization": 0.90},
+            {
+                "total_bytes": g(7.92),
+                "initial_used_bytes": g(0.37),
+                "peak_torch_bytes": g(0.71),
+                "non_kv_bytes": g(0.71) + g(0.15),
+                "non_torch_bytes": g(0.15),
+                "kv_bytes": g(6.27),
+                "gpu_memory_utilization": 0.90,
+            },
         ),
         (
             "Memory profiling takes 9.01 seconds. Total non KV cache memory: 61.49GiB; torch peak memory increase: 2.04GiB; total consumed (from mem_get_info): "

@@ -66,20 +66,24 @@ def test_the_summary_names_two_and_the_check_and_says_when_they_tie() -> None:
 def test_unknown_oom_fixtures_all_carry_a_differential_in_the_json(run_cli) -> None:
     for log in sorted((FIXTURES / "unknown-oom").glob("*.log")):
         data = run_cli("diagnose", str(log), "--format", "json").json
-        if data["verdict"]["class"] != "unknown_oom":
+        if data["verdict"]["class"] != "unknown_oom" and data["verdict"]["rule"] is not None:
             assert "differential" not in data["verdict"]  # a decided verdict carries none
             continue
         diff = data["verdict"]["differential"]
         assert diff and data["findings"][0]["differential"] == diff, log.name
         assert all(set(c) == {"class", "likelihood", "for", "against", "check"} for c in diff)
         assert data["verdict"]["summary"].startswith(("Most likely", "Equally likely")), log.name
+        if data["verdict"]["class"] != "unknown_oom":
+            # The differential's first candidate a step ahead: named, as a hypothesis under the cap, with its check.
+            assert data["verdict"]["class"] == diff[0]["class"] and data["verdict"]["confidence"] <= 0.45, log.name
+            assert data["findings"][0]["hypothesis"] is True and data["findings"][0]["would_decide"][0] == diff[0]["check"]
 
 
 def test_a_paste_naming_a_small_model_ranks_weights_last(tmp_path: Path) -> None:
     log = FIXTURES / "prior-weights-exceed-card" / "neg_vllm_8b_on_one_card.log"
     d = diagnose([str(log)], RULES)
     diff = d.findings[0].extra["differential"]
-    assert d.verdict_class == "unknown_oom" and diff[0]["class"] == "startup_kv"
+    assert d.verdict_class == "startup_kv" and d.verdict_rule is None and diff[0]["class"] == "startup_kv"
     weights = next(c for c in diff if c["class"] == "weights_dont_fit")
     assert weights["against"] == ["the model's weights, by its name, are at most 16.39 GiB a GPU: less than half the card"]
 
@@ -199,3 +203,58 @@ def test_a_ggml_allocator_line_far_from_the_failure_is_another_failures(tmp_path
     log = tmp_path / "apart.log"
     log.write_text("\n".join([lines[0], *["srv  update_slots: all slots are idle"] * 5, lines[1]]) + "\n", encoding="utf-8")
     assert "ggml_buffer_usage" not in _facts_of(log)
+
+
+def _torch_oom(requested: str, capacity: str, free: str, allocated: str, unallocated: str) -> str:
+    # PyTorch 2.x's message (log_formats.md §4, era 2), as c10/cuda/CUDACachingAllocator.cpp prints it.
+    return (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {requested}. GPU 0 has a total capacity of {capacity} of which "
+        f"{free} is free. Including non-PyTorch memory, this process has 44.30 GiB memory in use. Of the allocated memory {allocated} "
+        f"is allocated by PyTorch, and {unallocated} is reserved by PyTorch but unallocated. If reserved but unallocated memory is large "
+        "try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n"
+    )
+
+
+def test_one_request_of_a_fifth_of_the_card_is_an_activation_not_a_weight_or_a_kv_layer(tmp_path: Path) -> None:
+    """A bare PyTorch OOM asking 16 GiB of a 44.5 GiB card: no parameter or per-layer KV tensor is that large,
+    so the activation classes gain a step and weights and the KV pool lose one (before: all four even)."""
+    log = tmp_path / "big.log"
+    log.write_text(_torch_oom("16.00 GiB", "44.52 GiB", "183.94 MiB", "43.67 GiB", "327.06 MiB"))
+    d = diagnose([str(log)], RULES)
+    assert d.facts.values["request_share"] == round(16 / 44.52, 4)
+    diff = {c["class"]: c for c in d.findings[0].extra["differential"]}
+    assert diff["runtime_activation"]["likelihood"] > 4 * diff["startup_kv"]["likelihood"]
+    assert [c["class"] for c in d.findings[0].extra["differential"][:2]] == ["encoder_starvation", "runtime_activation"]
+    assert diff["runtime_activation"]["for"][0].startswith("the failed request alone was 36% of the card (16.00 GiB)")
+    assert diff["startup_kv"]["against"][0].endswith("the KV cache is allocated a tensor per layer, each a fraction of the pool")
+
+
+def test_a_request_of_a_few_percent_of_the_card_says_nothing_about_its_kind(tmp_path: Path) -> None:
+    """Near miss: 1.95 GiB of 44.5 GiB (4%) could be an embedding, a layer's KV or an activation alike."""
+    log = tmp_path / "small.log"
+    log.write_text(_torch_oom("1.95 GiB", "44.52 GiB", "183.94 MiB", "43.67 GiB", "327.06 MiB"))
+    d = diagnose([str(log)], RULES)
+    assert d.facts.values["request_share"] == round(1.95 / 44.52, 4)
+    for c in d.findings[0].extra["differential"]:
+        assert not any("the failed request alone was" in s for s in c["for"] + c["against"]), c
+    # And an engine's own cudaMalloc (a whole pool at once) gives no share at all.
+    driver = tmp_path / "driver.log"
+    driver.write_text("RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other API call.\n")
+    assert "request_share" not in diagnose([str(driver)], RULES).facts.values
+
+
+def test_a_lead_of_a_step_is_named_as_a_hypothesis_and_a_tie_or_a_wide_field_is_not() -> None:
+    """The differential's first candidate becomes the verdict's class (a hypothesis, at most 0.45) only when it
+    holds 0.4 or more and three times the second's likelihood: one step of evidence, not the field's width."""
+    C = df.Candidate
+    lead = [C("runtime_activation", 0.52, ("x",), (), "check"), C("encoder_starvation", 0.13, (), (), "c2")]
+    assert df.leading(lead) is lead[0]
+    assert df.leading([C("runtime_activation", 0.41, (), (), ""), C("encoder_starvation", 0.41, (), (), "")]) is None  # a tie
+    assert df.leading([C("runtime_activation", 0.33, (), (), ""), C("encoder_starvation", 0.08, (), (), "")]) is None  # too little
+    assert df.leading([C("runtime_activation", 0.45, (), (), ""), C("encoder_starvation", 0.16, (), (), "")]) is None  # under 3x
+    # One step for a class among the seven of an unknown phase is not enough (4 / 11 = 0.36); the same step
+    # with the classes it speaks against a step down is (a cudaMallocAsync: 0.42 against 0.11).
+    one = df.differential({"phase": "unknown", "phase_source": "none", "metrics_kv_pressure": True})
+    assert (one[0].klass, one[0].likelihood) == ("runtime_activation", 0.36) and df.leading(one) is None
+    more = df.differential({"phase": "unknown", "phase_source": "none", "driver_oom_call": "cudaMallocAsync"})
+    assert df.leading(more) is more[0] and more[0].likelihood == 0.42

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from oomdoctor.advice.recommendation import Recommendation, tensor_parallel_flag
+from oomdoctor.advice.recommendation import PRIMARY, Recommendation, tensor_parallel_flag
 from oomdoctor.base.units import floor_to, format_bytes
 from oomdoctor.memory import budget
 from oomdoctor.memory.derivation import Step
@@ -134,3 +134,33 @@ def script_memory(f: Facts) -> list[Recommendation]:
         )
     )
     return recs
+
+
+def startup_foreign_actions(f: Facts) -> list[Recommendation]:
+    """Memory held before the server started: find the holder and free it (no flag of the server fixes it)."""
+    foreign = f.get("startup_foreign_bytes")
+    if not foreign:
+        return []
+    if f.get("system") == "vllm":
+        why = (
+            f"About {format_bytes(foreign)} was in use on this GPU by something else when vLLM began profiling (its initial usage less its own weights and context). "
+            "List what holds it, stop it (or start the server on an empty GPU with CUDA_VISIBLE_DEVICES), then restart the server: "
+            "vLLM 0.6.4 counts that memory in its non-torch memory and takes it out of the KV cache, and the other tenant can grow into the activation room."
+        )
+    else:
+        why = (
+            f"About {format_bytes(foreign)} was in use on this GPU before the server loaded its weights, and the OOM message names no process for it. "
+            "List what holds it, stop it (or start the server on an empty GPU with CUDA_VISIBLE_DEVICES), then restart the server: "
+            "SGLang sizes every region from the memory free at startup, and the other tenant can grow into the activation room."
+        )
+    return [
+        Recommendation(
+            "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv",
+            None,
+            "run",
+            why,
+            derivation=f.derivations["startup_foreign_bytes"].steps if "startup_foreign_bytes" in f.derivations else (),
+            role=PRIMARY,
+            cost="none",
+        )
+    ]

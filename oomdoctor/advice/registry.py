@@ -29,7 +29,7 @@ _RECOMMENDERS: dict[str, Recommender] = {
     "lower-cuda-graph-max-bs": sglang.lower_cuda_graph_max_bs,
     "expandable-segments": generic.expandable_segments,
     "reserve-encoder-memory": sglang.reserve_encoder_memory,
-    "free-startup-foreign-memory": sglang.startup_foreign_actions,
+    "free-startup-foreign-memory": generic.startup_foreign_actions,
     "vllm-raise-gpu-memory-utilization": vllm.vllm_raise_util,
     "vllm-lower-max-model-len": vllm.vllm_lower_max_model_len,
     "vllm-util-for-free-memory": vllm.vllm_util_for_free_memory,

@@ -29,6 +29,16 @@ def sglang_startup_foreign_bytes(capacity_bytes: int, pre_bytes: int, init_bytes
 
 
 
+def vllm_profile_foreign_bytes(initial_used_bytes: int, weights_bytes: int) -> Derived:
+    """Memory others held when vLLM V0 (0.6.4) began profiling: the card's used memory then (its
+    initial_memory_usage, measured after the weights loaded) less the weights and a CUDA context, never
+    negative (the step keeps the raw figure). 0.6.4 counts that memory in its non_torch_memory and takes
+    it out of the KV budget."""
+    foreign = initial_used_bytes - weights_bytes - CUDA_CONTEXT_BYTES
+    formula = f"initial_memory_usage {initial_used_bytes / GIB:.2f} - weights {weights_bytes / GIB:.2f} - context {_g(CUDA_CONTEXT_BYTES)}"
+    return Derived(max(foreign, 0), (Step("memory held by others when profiling began", formula, foreign, "bytes"),))
+
+
 def processes_bytes(used_bytes: list[int | None]) -> int:
     """Memory held by a set of processes: the sum of their used bytes (an unknown size counts as 0)."""
     return sum(b or 0 for b in used_bytes)

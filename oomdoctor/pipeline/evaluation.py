@@ -160,9 +160,38 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping
             message=differential.summary(candidates) + unique[0].message,
             extra={**unique[0].extra, "differential": [c.to_json() for c in candidates]},
         )
+        lead = differential.leading(candidates)
+        if lead is not None:
+            unique[0] = _lead_hypothesis(unique[0], candidates)
     if unique[0].rule is not None:
         not_evaluated = _that_matter(not_evaluated, rules, unique[0], facts)
     return Incident(run=facts.run, facts=facts, findings=unique, not_evaluated=not_evaluated)
+
+
+def _lead_hypothesis(undecided: Finding, candidates: list[differential.Candidate]) -> Finding:
+    """An undecided OOM whose differential sets one class clearly ahead: that class, as a hypothesis only.
+
+    No rule holds, so no advice is computed and the confidence stays at or under the hypothesis cap; the
+    words say why, what the class's fix is and the one check that confirms it. The differential stays in full.
+    """
+    lead = candidates[0]
+    spec = classes.load().get(lead.klass)
+    fix = spec.hypothesis_fix if spec is not None and spec.hypothesis_fix else "see the class documentation"
+    value = round(min(confidence.HYPOTHESIS_CAP, lead.likelihood), 2)
+    because = "; ".join(lead.evidence_for) if lead.evidence_for else "the phase allows no other class named here"
+    runner_up = f" Else {candidates[1].klass} ({candidates[1].likelihood:.2f})." if len(candidates) > 1 else ""
+    decisive = list(undecided.extra.get("would_decide", []))
+    message = (
+        f"Most likely {lead.klass} ({lead.likelihood:.2f} on the differential), a hypothesis: no rule decides it. "
+        f"For it: {because}. If so: {fix}.{runner_up} To confirm it: {lead.check}."
+        + (" What else would decide it: " + "; ".join(decisive) + "." if decisive else "")
+    )
+    factors = [
+        confidence.Factor("no rule holds: the class is the differential's first candidate, a step of evidence ahead of the next", 0.0),
+        confidence.Factor(f"a hypothesis stays at or under {confidence.HYPOTHESIS_CAP:.2f}", round(value - lead.likelihood, 2)),
+    ]
+    extra = {**undecided.extra, "hypothesis": True, "would_decide": [lead.check, *decisive]}
+    return replace(undecided, klass=lead.klass, confidence=value, message=message, extra=extra, factors=factors)
 
 
 def _that_matter(items: list[dict[str, Any]], rules: Iterable[Rule], first: Finding | None, facts: Facts) -> list[dict[str, Any]]:

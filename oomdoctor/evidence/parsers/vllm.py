@@ -192,17 +192,21 @@ _PATTERNS: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
     (
         KIND_PROFILE_V0_RESULTS,
         named('Memory profiling results',
-            rf"Memory profiling results:.*?total_gpu_memory=(?P<total_gib>{_F}) ?GiB.*?peak_torch_memory=(?P<peak_torch_gib>{_F}) ?GiB"
+            rf"Memory profiling results:.*?total_gpu_memory=(?P<total_gib>{_F}) ?GiB(?:,? ?initial_memory_usage=(?P<initial_gib>{_F}) ?GiB)?"
+            rf".*?peak_torch_memory=(?P<peak_torch_gib>{_F}) ?GiB"
             # 0.6.4 as released separated the fields with a blank only; a later dev build with ", ".
             rf".*?non_torch_memory=(?P<non_torch_gib>{_F}) ?GiB,? ?kv_cache_size=(?P<kv_gib>{_F}) ?GiB,? ?gpu_memory_utilization=(?P<gpu_memory_utilization_f>{_F})"
         ),
-        # peak_torch_memory includes the weights; non-KV = peak torch + non-torch.
+        # peak_torch_memory includes the weights; non-KV = peak torch + non-torch. initial_memory_usage is the
+        # card's used memory when profiling began (weights, this process's context, and anyone else's).
         lambda v: {
             "total_bytes": v["total_bytes"],
             "non_kv_bytes": v["peak_torch_bytes"] + v["non_torch_bytes"],
             "non_torch_bytes": v["non_torch_bytes"],
+            "peak_torch_bytes": v["peak_torch_bytes"],
             "kv_bytes": v["kv_bytes"],
             "gpu_memory_utilization": v["gpu_memory_utilization"],
+            **({"initial_used_bytes": v["initial_bytes"]} if v.get("initial_bytes") is not None else {}),
         },
     ),
     (

@@ -60,3 +60,8 @@ def _allocator_shares(f: Facts) -> None:
         f.set("allocated_share", round(allocated / capacity, 4), *refs)
     if unallocated is not None:
         f.set("unallocated_share", round(unallocated / capacity, 4), *refs)
+    requested = f.get("requested_bytes")
+    if requested is not None and f.get("torch_oom"):
+        # Only PyTorch's caching allocator asks for one tensor at a time; an engine's own cudaMalloc (TensorRT-LLM's
+        # or llama.cpp's KV pool) may ask for a whole pool at once.
+        f.set("request_share", round(requested / capacity, 4), f.ref("requested_bytes") or refs[0])

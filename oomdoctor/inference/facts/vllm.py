@@ -132,6 +132,12 @@ def _derived_profile_facts(f: Facts, events: list[Event]) -> None:
     if total and util is not None and kv is not None:
         non_kv = log_figures.vllm_non_kv_bytes_from_kv(total, util, kv)
         f.offer("non_kv_bytes", non_kv.value, f.ref("kv_budget_bytes"), source="vllm_budget_minus_kv", derivation=non_kv)
+    initial, initial_ref = last_value(events, vl.KIND_PROFILE_V0_RESULTS, "initial_used_bytes")
+    if initial is not None:
+        f.set("profile_initial_used_bytes", initial, initial_ref)
+    if initial is not None and f.get("weights_bytes") is not None:
+        foreign = log_figures.vllm_profile_foreign_bytes(initial, f.get("weights_bytes"))
+        f.set("startup_foreign_bytes", foreign.value, initial_ref, f.ref("weights_bytes"), derivation=foreign)
     if f.get("kv_needed_bytes") and f.get("max_model_len"):
         cell = log_figures.kv_cell_bytes(f.get("kv_needed_bytes"), f.get("max_model_len"))
         f.offer("cell_bytes", cell, f.ref("kv_needed_bytes"), source="vllm_kv_needed")
