@@ -75,8 +75,9 @@ def _diff(paths: list[Path]) -> tuple[str, list[tuple[str, float]], dict]:
 
 def test_preemptions_before_the_failure_move_the_differential_to_activations() -> None:
     klass, before, _ = _diff([UNKNOWN / "vllm_oom_no_metrics.log"])
-    # The OOM message alone: PyTorch held 95% of the card with nothing freed, as while weights or the KV pool load.
-    assert klass == "unknown_oom" and [c for c, _ in before[:2]] == ["startup_kv", "weights_dont_fit"]
+    # The OOM message alone: PyTorch held 95% of the card with nothing freed, as while weights or the KV pool
+    # load; an allocator failure in a vLLM server is not its KV budget check, so the weights lead (a hypothesis).
+    assert klass == "weights_dont_fit" and before[0][0] == "weights_dont_fit" and "startup_kv" not in dict(before)
     klass, after, facts = _diff([UNKNOWN / "vllm_oom_metrics_preempting.log"])
     assert (facts["metrics_kv_usage"], facts["metrics_preemptions"], facts["metrics_waiting"], facts["metrics_running"]) == (0.99, 37, 12, 64)
     assert facts["metrics_kv_pressure"] is True and facts["server_ready"] is True

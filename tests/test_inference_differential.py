@@ -83,7 +83,9 @@ def test_a_paste_naming_a_small_model_ranks_weights_last(tmp_path: Path) -> None
     log = FIXTURES / "prior-weights-exceed-card" / "neg_vllm_8b_on_one_card.log"
     d = diagnose([str(log)], RULES)
     diff = d.findings[0].extra["differential"]
-    assert d.verdict_class == "startup_kv" and d.verdict_rule is None and diff[0]["class"] == "startup_kv"
+    # A PyTorch allocator OOM in a vLLM server is not its KV budget check: startup_kv is ruled out, and with
+    # the weights small for the card nothing leads by a step.
+    assert d.verdict_class == "unknown_oom" and "startup_kv" not in [c["class"] for c in diff]
     weights = next(c for c in diff if c["class"] == "weights_dont_fit")
     assert weights["against"] == ["the model's weights, by its name, are at most 16.39 GiB a GPU: less than half the card"]
 
@@ -258,3 +260,13 @@ def test_a_lead_of_a_step_is_named_as_a_hypothesis_and_a_tie_or_a_wide_field_is_
     assert (one[0].klass, one[0].likelihood) == ("runtime_activation", 0.36) and df.leading(one) is None
     more = df.differential({"phase": "unknown", "phase_source": "none", "driver_oom_call": "cudaMallocAsync"})
     assert df.leading(more) is more[0] and more[0].likelihood == 0.42
+
+
+def test_an_allocator_oom_in_an_engine_is_never_its_kv_budget_check() -> None:
+    """startup_kv (raise the fraction) is the engine's own check; an allocator OOM while the pool is created in
+    SGLang or vLLM is the opposite situation, and in the pool's frames the weights had loaded. A program
+    without such a check (a static KV cache preallocated by a script) keeps startup_kv as a candidate."""
+    base = {"phase": "kv_pool", "phase_source": "frames", "torch_oom": True}
+    assert {"startup_kv", "weights_dont_fit"}.isdisjoint(_classes({**base, "system": "sglang"}))
+    assert "startup_kv" in _classes({**base, "system": "torch"})
+    assert "startup_kv" in _classes({"phase": "kv_pool", "phase_source": "frames", "system": "vllm", "torch_oom": False})

@@ -29,7 +29,8 @@ def test_a_decided_verdict_lists_only_rules_that_would_outrank_it() -> None:
 
 def test_an_undecided_oom_lists_the_rules_of_the_classes_still_open() -> None:
     d = diagnose([str(FIXTURES / "unknown-oom" / "vllm_oom_no_metrics.log")], RULES)
-    assert d.verdict_class == "unknown_oom" and d.facts is not None
+    # No rule decides it: the differential's lead is named as a hypothesis, and what would decide it is listed.
+    assert d.verdict_rule is None and d.findings[0].extra["hypothesis"] is True and d.facts is not None
     listed = {item["rule"]: item for item in d.not_evaluated}
     open_classes = differential.possible(d.facts.values)
     assert listed and all(item["class"] in open_classes for item in listed.values())

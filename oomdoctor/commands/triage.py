@@ -324,7 +324,9 @@ def _decide(view: dict[str, Any], threshold: float, label_prefix: str, claims_oo
             reply.body = _ask_body(view, [_ASK_LOG], claimed=True)
             return reply
         return Reply("silent", klass=klass, confidence=conf)
-    if inconclusive or evidence == "incomplete" or klass == "unknown_oom":
+    # An OOM no rule decides (unknown_oom, or the differential's lead named as a hypothesis: rule null) asks for
+    # what would decide it, as a cut record does.
+    if inconclusive or evidence == "incomplete" or klass == "unknown_oom" or v.get("rule") is None:
         reply = Reply("ask", klass=klass, confidence=conf, missing=missing)
         reply.labels = [f"{label_prefix}needs-log"] + ([f"{label_prefix}{klass}"] if klass not in ("none", "unknown_oom") else [])
         reply.body = _ask_body(view, missing)
@@ -494,9 +496,11 @@ def _ask_body(view: dict[str, Any], missing: list[str], claimed: bool = False) -
     else:
         head = "**oomdoctor**: an out-of-memory failure is evident or likely here, but the pasted evidence does not decide its class."
     lines = [head]
-    if v["class"] not in ("none", "unknown_oom"):
-        lines.append(f"What is there points to **`{v['class']}`** (a hypothesis, confidence {v['confidence']:.2f}): {escape_markdown_prose(v['summary'])}")
     diff = v.get("differential") or []
+    if v["class"] not in ("none", "unknown_oom"):
+        # A differential's lead: the ranked line below says why; a phase's hypothesis: its summary does.
+        why = "." if diff else f": {escape_markdown_prose(v['summary'])}"
+        lines.append(f"What is there points to **`{v['class']}`** (a hypothesis, confidence {v['confidence']:.2f}){why}")
     if len(diff) >= 2:
         # The differential: the two likeliest classes and the one check that tells them apart.
         first, second = diff[0], diff[1]

@@ -195,7 +195,7 @@ def render(view: dict) -> str:
         out.append("incidents (oldest first):")
         for inc in view["incidents"]:
             out.append(f"  run {inc['run']} at {inc['path']}:{inc['first_line']}: {inc['class']}")
-    if view["findings"] and view["findings"][0]["class"] == "unknown_oom" and view["not_evaluated"]:
+    if view["findings"] and (view["findings"][0]["class"] == "unknown_oom" or view["findings"][0].get("hypothesis")) and view["not_evaluated"]:
         # The rules that could still decide it, by the one command that would give each what it lacks.
         out.append("not evaluated (missing evidence), by what would collect it:")
         grouped: dict[str, list[str]] = {}
