@@ -56,3 +56,28 @@ def test_slurm_cgroup_and_kernel_records_are_host_kills() -> None:
     assert (k.get("pid"), k.get("process_name"), k.get("rss_bytes")) == (51234, "python3", 65432100 * 1024)
     (zero,) = _feed(host.HostParser(), "oom_kill 0")
     assert zero.get("cgroup_oom_kills") == 0
+
+
+def test_systemd_and_zsh_say_a_kill_in_their_own_words() -> None:
+    """journalctl of a unit the OOM killer hit (systemd's unit.c and service.c texts) is a strong host kill;
+    zsh's lower-case job report of a SIGKILL is a weak one, as bash's "Killed" is. Near misses: another
+    result, another job state, the word in prose."""
+
+    def kill(text: str):
+        return [e for e in tt.TorchParser().feed(Line(LineRef("x", 1, text=text), text)) if e.kind == tt.KIND_HOST_OOM]
+
+    for text in (
+        "Dec 02 10:00:01 gpu7 systemd[1]: llama-server.service: A process of this unit has been killed by the OOM killer.",
+        "Dec 02 10:00:01 gpu7 systemd[1]: llama-server.service: Failed with result 'oom-kill'.",
+    ):
+        (e,) = kill(text)
+        assert (e.get("source"), e.get("strength")) == ("systemd_oom_kill", "strong"), text
+    for text in ("[1]    14875 killed     python main.py --low_vram", "[2]  + 9912 killed     python -m vllm.entrypoints.openai.api_server", "zsh: killed     python train.py"):
+        (e,) = kill(text)
+        assert (e.get("source"), e.get("strength")) == ("sigkill", "weak"), text
+    for text in (
+        "Dec 02 10:00:01 gpu7 systemd[1]: llama-server.service: Failed with result 'exit-code'.",
+        "[1]  + 14875 done       python main.py",
+        "the worker was killed by the scheduler after a timeout",
+    ):
+        assert kill(text) == [], text

@@ -54,6 +54,9 @@ ANCHORS: tuple[bytes, ...] = (
     b"oom-kill event",
     b"oom_kill",
     b"Out Of Memory",
+    b"result 'oom-kill'",
+    b"killed by the OOM killer",
+    b" killed ",
 )
 
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
@@ -183,6 +186,10 @@ _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
         lazy(("oom-kill event", "oom_kill event", "Out Of Memory"), r"Detected \d+ oom[-_]kill events?|srun: error: .*\btasks? [\d,-]+: Out Of Memory"),
     ),
     ("cgroup_events", "strong", lazy("oom_kill ", r"^\s*oom_kill\s+[1-9]\d*\s*$")),
+    # systemd on a unit the kernel's OOM killer (or systemd-oomd) hit: "<unit>: A process of this unit has been
+    # killed by the OOM killer." (src/core/unit.c) and "<unit>: Failed with result 'oom-kill'." (service.c's
+    # result string for SERVICE_FAILURE_OOM_KILL), as journalctl shows them.
+    ("systemd_oom_kill", "strong", lazy(("result 'oom-kill'", "killed by the OOM killer"), r"Failed with result 'oom-kill'|process of this unit has been killed by the OOM killer")),
     ("cgroup", "strong", lazy(("Memory cgroup out of memory", "oom-kill:", "OOMKilled"), r"Memory cgroup out of memory|oom-kill:|OOMKilled")),
     # ENOMEM from the host: mmap of a checkpoint, fork of a loader worker.
     ("enomem", "strong", lazy("Cannot allocate memory", r"\[Errno 12\] Cannot allocate memory|Cannot allocate memory \(12\)|unable to mmap \d+ bytes.*Cannot allocate memory")),
@@ -198,7 +205,9 @@ _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
             r"|Memory on the node \(IP: [^)]*\) where the (?:task|actor)|docs\.ray\.io/\S*ray-oom-prevention",
         ),
     ),
-    ("sigkill", "weak", lazy(("Killed", "137", "-9", "signal 9", "SIGKILL"), r"(?:^|[\s\]|])Killed\s*$|\b\d+ Killed\s|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|exit code:?\s*-9\b|signal 9\b|SIGKILL")),
+    # zsh reports a job or command ended by SIGKILL in lower case (Src/signames: "killed"): "[1]  + 14875 killed
+    # python main.py" for a job, "zsh: killed     python main.py" in the foreground.
+    ("sigkill", "weak", lazy(("Killed", " killed ", "137", "-9", "signal 9", "SIGKILL"), r"(?:^|[\s\]|])Killed\s*$|\b\d+ Killed\s|(?:\[\d+\]\s+[+-]?\s*\d+|\bzsh:)\s+killed\s+\S|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|exit code:?\s*-9\b|signal 9\b|SIGKILL")),
 )
 # The tables as rows the dispatch hands out: only the rows whose needle is in a line are tried.
 _DRIVER_DISPATCH: Dispatch[str] = Dispatch(tuple((pattern, source) for source, pattern in _DRIVER_PATTERNS))
