@@ -66,9 +66,10 @@ def _check_releases(runs: list[str], known: list[str]) -> None:
 
 
 def test_files_are_small_enough_to_commit() -> None:
-    # 4.7 MB of catalogue and map, and the map's run-time form (frame_phases.tsv, 0.8 MB).
+    # 5.1 MB of catalogue and map, and the map's run-time form (frame_phases.tsv, 0.9 MB), at vLLM 0.34.0: a new
+    # minor release adds 0.1-0.2 MB; the cap catches a runaway (whole sources or every release kept), not growth.
     total = sum(p.stat().st_size for p in DATA.iterdir() if p.is_file())
-    assert total < 6_000_000, f"{total} bytes"
+    assert total < 6_500_000, f"{total} bytes"
 
 
 def test_sources_name_engines_and_releases(sources: dict) -> None:
