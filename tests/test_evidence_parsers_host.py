@@ -81,3 +81,20 @@ def test_systemd_and_zsh_say_a_kill_in_their_own_words() -> None:
         "the worker was killed by the scheduler after a timeout",
     ):
         assert kill(text) == [], text
+
+
+def test_ggml_host_buffers_are_host_memory_and_its_device_buffers_are_not() -> None:
+    """ggml's CPU backend failing its aligned malloc, and llama.cpp giving up on a CPU buffer, are host RAM; the
+    same words for a CUDA buffer type are the device's (ggml's cudaMalloc line, not a host kill)."""
+
+    def kill(text: str):
+        return [e for e in tt.TorchParser().feed(Line(LineRef("x", 1, text=text), text)) if e.kind == tt.KIND_HOST_OOM]
+
+    for text in (
+        "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 437944320",
+        "llama_model_load: error loading model: unable to allocate CPU buffer",
+    ):
+        (e,) = kill(text)
+        assert (e.get("source"), e.get("strength")) == ("ggml_host_buffer", "strong"), text
+    assert kill("llama_model_load: error loading model: unable to allocate CUDA0 buffer") == []
+    assert kill("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 372.08 MiB on device 0: cudaMalloc failed: out of memory") == []

@@ -57,6 +57,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"result 'oom-kill'",
     b"killed by the OOM killer",
     b" killed ",
+    b"alloc_buffer: failed to allocate buffer",
+    b"unable to allocate CPU buffer",
 )
 
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
@@ -191,6 +193,14 @@ _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     # result string for SERVICE_FAILURE_OOM_KILL), as journalctl shows them.
     ("systemd_oom_kill", "strong", lazy(("result 'oom-kill'", "killed by the OOM killer"), r"Failed with result 'oom-kill'|process of this unit has been killed by the OOM killer")),
     ("cgroup", "strong", lazy(("Memory cgroup out of memory", "oom-kill:", "OOMKilled"), r"Memory cgroup out of memory|oom-kill:|OOMKilled")),
+    # ggml's host buffers: the CPU (and AMX) backend's aligned malloc failing ("%s: failed to allocate buffer of size
+    # %zu", ggml-backend.cpp / ggml-cpu), and llama.cpp's loader giving up on a CPU buffer ("unable to allocate %s
+    # buffer" with the CPU buffer type, llama-model.cpp): host RAM (or Windows' commit limit), not the GPU.
+    (
+        "ggml_host_buffer",
+        "strong",
+        lazy(("alloc_buffer: failed to allocate buffer", "unable to allocate CPU buffer"), r"ggml_backend_(?:cpu|amx)\w*_alloc_buffer: failed to allocate buffer of size \d+|unable to allocate CPU buffer"),
+    ),
     # ENOMEM from the host: mmap of a checkpoint, fork of a loader worker.
     ("enomem", "strong", lazy("Cannot allocate memory", r"\[Errno 12\] Cannot allocate memory|Cannot allocate memory \(12\)|unable to mmap \d+ bytes.*Cannot allocate memory")),
     # Ray's memory monitor kills workers before the kernel does.
