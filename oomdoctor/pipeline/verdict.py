@@ -150,6 +150,21 @@ def no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputS
         "evidence": evidence,
         "phase": found,
     }
+    cause = facts.get("cut_record_cause") if facts is not None else None
+    if evidence.incomplete and cause:
+        # The cut traceback was raised while handling an exception the input shows, and that one is no OOM: the
+        # failure is named, so no memory-class hypothesis; still no more than the cap for incomplete input.
+        assert facts is not None
+        ref = facts.ref("cut_record_cause")
+        where = f" at {ref.path}:{ref.line}" if ref is not None else ""
+        summary = "No out-of-memory evidence in the input." + (
+            f" The traceback the input stops in{where} was raised while handling {cause}: {(facts.get('cut_record_cause_message') or '')[:160]}; "
+            f"that is not an out-of-memory error, and no memory flag fixes it. The rest of the record is cut ({evidence.reason}): to be sure, fetch {FETCH_REST}."
+        )
+        factors = [confidence.Factor(f"the evidence is incomplete: {evidence.reason}", -0.55)]
+        return Diagnosis(
+            verdict_class="none", verdict_confidence=0.35, verdict_rule=None, summary=summary, findings=[], confidence_factors=factors, inconclusive=True, **base
+        )
     if evidence.incomplete:
         # Only a record that was opened (a crash began) supports a hypothesis; a bare cut mark does not.
         likely = found.likely_class if found.name != "unknown" and facts is not None and facts.get("failure_record_open") else ""

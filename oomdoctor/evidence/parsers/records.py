@@ -59,6 +59,9 @@ BEFORE_ANCHORS: tuple[bytes, ...] = (
 )
 
 _TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
+# The lines of an exception's message after its first (PyTorch's CUDA error adds three) that the record waits
+# through for a chain header.
+MESSAGE_LINES = 6
 # The statement under a frame names the call in progress; when a paste is cut after it, that callee
 # is the deepest frame we will ever see ("cuda_graph_memory_bytes = self.model_runner.capture_model()").
 _CALLEE_RE = lazy("(", r"([A-Za-z_]\w*)\s*\(")
@@ -148,9 +151,25 @@ class RecordParser:
             return True
         if not stripped:
             return True
+        if self._continues_message(line, stripped, rec):
+            # A message of several lines (PyTorch's CUDA errors add "CUDA kernel errors might be asynchronously
+            # reported ...", "For debugging consider passing CUDA_LAUNCH_BLOCKING=1"): Python prints the chain
+            # header after it, so the record waits for it past these lines.
+            rec["continued"] = rec.get("continued", 0) + 1
+            return True
         name, text, ref = rec.pop("ended")
         out.extend(self._emit(line.ref.rank, True, name, text, ref))
         return False
+
+    @staticmethod
+    def _continues_message(line: Line, stripped: str, rec: dict) -> bool:
+        """Whether a line after an exception line is more of its message: no stamp of its own (a log line has one),
+        not the start of another record or exception, within MESSAGE_LINES of it."""
+        if rec.get("continued", 0) >= MESSAGE_LINES or line.ts is not None or line.system:
+            return False
+        if stripped.startswith(("Traceback", "File ")) or "hit an exception" in stripped or "method" in stripped:
+            return False
+        return not (_EXC_LINE_RE.match(stripped) or _CUDA_ERROR_RE.match(stripped) or _CUT_RE.match(stripped))
 
     def _open_worker_method(self, line: Line, wm: re.Match[str], rec: dict | None, out: list[Event]) -> None:
         """The header of a worker's failure without its message: a record whose only frame is the method."""

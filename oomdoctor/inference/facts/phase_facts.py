@@ -46,6 +46,14 @@ def phase_facts(f: Facts, events: list[Event], oom_idx: list[int], line_counts: 
     if terminal is not None and not oom_idx:
         f.set("terminal_exception", terminal.get("exception"), terminal.ref)
         f.set("terminal_exception_message", terminal.get("exception_message"), terminal.ref)
+    # A traceback cut before its exception line, raised while handling an exception the paste does show: that
+    # earlier exception is the failure's cause (the first of a chain is), and when it is no OOM, neither is the
+    # failure ("CUDA error: operation not permitted when stream is capturing", then SGLang's capture handler).
+    cut = records[-1] if records and not records[-1].get("complete") and not oom_idx else None
+    if cut is not None and cut.get("chain") and not cut.get("chain_has_oom"):
+        cause, message = cut.get("chain")[0]
+        f.set("cut_record_cause", cause, cut.ref)
+        f.set("cut_record_cause_message", message[:300], cut.ref)
     if any(e.kind == rc.KIND_CLEAN_END for e in events):
         f.set("clean_end", True)
 
