@@ -63,3 +63,27 @@ def test_a_cut_chain_with_a_named_cause_is_no_oom_and_an_oom_cause_stays_one(tmp
     oom = tmp_path / "capture_oom.log"
     oom.write_text(_FIRST.replace("CUDA error: operation not permitted when stream is capturing", "CUDA error: out of memory"))
     assert diagnose([str(oom)]).verdict_class != "none"
+
+
+_CAPTURED = """(EngineCore pid=3677484) INFO 09-10 09:37:40 [gpu_model_runner.py:3480] Graph capturing finished in 6 secs, took 0.62 GiB
+Capturing CUDA graphs (FULL): 100%|██████████| 2/2 [00:00<00:00, 6.11it/s]
+Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:164 'invalid argument'
+(EngineCore pid=3677484) ERROR 09-10 09:37:41 [multiproc_executor.py:314] Worker proc VllmWorker-0 died unexpectedly (exit code: None), shutting down executor.
+"""
+
+
+def test_vllms_cudacheck_is_a_named_error_and_the_worker_notice_after_it_has_its_cause(tmp_path: Path) -> None:
+    """vLLM's CUDACHECK in csrc/custom_all_reduce.cuh prints "Failed: Cuda error FILE:LINE 'message'" and exits; the
+    executor's "died unexpectedly" after it is that failure, not one whose cause is cut (read before as a cut graph
+    capture). An 'out of memory' one is the device's OOM; the notice alone still stops before its cause."""
+    log = tmp_path / "ar.log"
+    log.write_text(_CAPTURED)
+    d = diagnose([str(log)])
+    assert (d.verdict_class, d.verdict_confidence, d.inconclusive) == ("none", 0.9, False)
+    assert "CUDA error" in d.summary and "invalid argument" in d.summary
+    oom = tmp_path / "ar_oom.log"
+    oom.write_text(_CAPTURED.replace("'invalid argument'", "'out of memory'"))
+    assert diagnose([str(oom)]).verdict_class not in ("none",)
+    alone = tmp_path / "notice.log"
+    alone.write_text(_CAPTURED.replace("Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:164 'invalid argument'\n", ""))
+    assert diagnose([str(alone)]).evidence.status == "incomplete"

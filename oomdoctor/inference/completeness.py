@@ -39,6 +39,10 @@ class Completeness(NamedTuple):
         return {"status": self.status, "reason": self.reason}
 
 
+# How far above an engine's failure header its cause may end: the worker's own error, then the executor's notice.
+_CAUSE_ABOVE_LINES = 3
+
+
 def lines_after(line: int, total_lines: int, pieces: Sequence[int] = ()) -> int:
     """Lines of the input after ``line``, not counting a hard wrap's pieces (blank lines now, oomdoctor/input/unwrap.py)."""
     if not pieces:
@@ -73,7 +77,10 @@ def assess(
             reason = f"the input stops inside a traceback (from line {cut_record.ref.line}) before its exception line"
         return Completeness("incomplete", reason, cut_record.ref, record_open=True)
     header = next((e for e in reversed(events) if e.kind in _FAILURE_HEADERS), None)
-    if header is not None and not oom_decided and lines_after(header.ref.line, total_lines, pieces) <= _TAIL_SLACK_LINES and not any(r.ref.line >= header.ref.line for r in records) and not any(
+    # A whole record that ended just above the header is its cause ("Failed: Cuda error ... 'invalid argument'",
+    # then "Worker proc VllmWorker-0 died unexpectedly"): nothing is missing then.
+    cause_above = header is not None and any(r.get("complete") and 0 <= header.ref.line - r.get("last_line", 0) <= _CAUSE_ABOVE_LINES for r in records)
+    if header is not None and not oom_decided and not cause_above and lines_after(header.ref.line, total_lines, pieces) <= _TAIL_SLACK_LINES and not any(r.ref.line >= header.ref.line for r in records) and not any(
         e.ref.line > header.ref.line and e.kind != "context_line" for e in events
     ):
         # "EngineCore failed to start." and then nothing: the failure began, its cause is cut off.

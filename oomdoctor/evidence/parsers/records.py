@@ -46,6 +46,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"stage process",
     b"Stage ",
     b"CUDA error",
+    b"Failed: Cuda error",
+    b".cuh:",
 )
 
 # Failure lines whose preceding lines are read as context too (the scanner reads BEFORE_LINES of them):
@@ -86,6 +88,11 @@ _WORKER_METHOD_RE = lazy(None, r"Exception in worker \S+ while processing method
 # device", "CUDA error: an illegal memory access was encountered". An out-of-memory one is the torch
 # parser's driver OOM; any other is a named terminal error, not an OOM.
 _CUDA_ERROR_RE = lazy("CUDA error", r"^(?:\w+Error:\s*)?CUDA error(?:\s*\([^)]*\))?:\s*(?P<msg>(?!out of memory).+)$", re.I)
+# vLLM's CUDACHECK in its own kernels (csrc/custom_all_reduce.cuh, 0.5-0.34: printf("Failed: Cuda error %s:%d
+# '%s'\n", __FILE__, __LINE__, cudaGetErrorString(e)), then exit): "Failed: Cuda error /workspace/csrc/
+# custom_all_reduce.cuh:164 'invalid argument'"; relays (dynamo) drop "Cuda error". An out-of-memory one is
+# the torch parser's driver OOM.
+_CUDACHECK_RE = lazy(("Failed: Cuda error", ".cuh:"), r"Failed: (?:Cuda error )?(?P<where>\S+\.cuh?:\d+) '(?P<msg>(?!out of memory)[^']+)'", re.I)
 _CLEAN_END_RE = lazy(("shutdown complete", "Shutting down", "Exiting"), r"Application shutdown complete|Shutting down gracefully|Exiting normally")
 
 
@@ -250,8 +257,9 @@ class RecordParser:
                 rec["ended"] = (em.group("name"), em.group("msg") or "", line.ref)
                 rec["refs"][1:] = [line.ref]
                 return out
-        if rec is None and "CUDA error" in msg and not _OOM_TEXT_RE.search(msg):
-            ce = _CUDA_ERROR_RE.match(stripped)
+        if rec is None and ("CUDA error" in msg or "Failed: " in msg) and not _OOM_TEXT_RE.search(msg):
+            ce = _CUDA_ERROR_RE.match(stripped) if "CUDA error" in msg else None
+            ce = ce or _CUDACHECK_RE.search(stripped)
             if ce:
                 values = {
                     "frames": (),

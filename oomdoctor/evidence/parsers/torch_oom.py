@@ -59,6 +59,9 @@ ANCHORS: tuple[bytes, ...] = (
     b" killed ",
     b"alloc_buffer: failed to allocate buffer",
     b"unable to allocate CPU buffer",
+    b"Cuda Error",
+    b"Cuda error",
+    b"Failed: Cuda error",
 )
 
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
@@ -136,7 +139,9 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     # CUDNN_STATUS_ALLOC_FAILED" (cuDNN v8's benchmarking warns with the same status and carries on).
     ("cudnn", lazy("CUDNN_STATUS_ALLOC_FAILED", r"cuDNN error: CUDNN_STATUS_ALLOC_FAILED")),
     ("cufft", lazy("CUFFT_ALLOC_FAILED", r"cuFFT error: CUFFT_ALLOC_FAILED")),
-    ("cumem_allocator", lazy("CUDA Error", r"CUDA Error: out of memory at")),
+    ("cumem_allocator", lazy(("CUDA Error", "Cuda Error", "Cuda error"), r"CUDA Error: out of memory at", re.I)),
+    # vLLM's CUDACHECK in its kernels (csrc/custom_all_reduce.cuh): "Failed: Cuda error <file>:<line> 'out of memory'".
+    ("cudacheck", lazy(("Failed: Cuda error", ".cuh:"), r"Failed: (?:Cuda error )?\S+\.cuh?:\d+ 'out of memory'", re.I)),
     ("hip", lazy("hipErrorOutOfMemory", r"hipErrorOutOfMemory")),
     ("cusolver", lazy(None, r"cusolver_status_alloc_failed", re.I)),
     ("nvrm", lazy("NV_ERR_NO_MEMORY", r"NVRM.*NV_ERR_NO_MEMORY|Out of memory \[NV_ERR_NO_MEMORY\]")),
