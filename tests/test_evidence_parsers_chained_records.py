@@ -59,7 +59,7 @@ def test_a_cut_chain_with_a_named_cause_is_no_oom_and_an_oom_cause_stays_one(tmp
     log.write_text(_FIRST)
     d = diagnose([str(log)])
     assert (d.verdict_class, d.verdict_confidence, d.inconclusive) == ("none", 0.35, True)
-    assert "raised while handling RuntimeError: CUDA error: operation not permitted when stream is capturing" in d.summary
+    assert "was raised while handling RuntimeError at " in d.summary and "CUDA error: operation not permitted when stream is capturing" in d.summary
     oom = tmp_path / "capture_oom.log"
     oom.write_text(_FIRST.replace("CUDA error: operation not permitted when stream is capturing", "CUDA error: out of memory"))
     assert diagnose([str(oom)]).verdict_class != "none"
@@ -87,3 +87,26 @@ def test_vllms_cudacheck_is_a_named_error_and_the_worker_notice_after_it_has_its
     alone = tmp_path / "notice.log"
     alone.write_text(_CAPTURED.replace("Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:164 'invalid argument'\n", ""))
     assert diagnose([str(alone)]).evidence.status == "incomplete"
+
+
+_REQUEST = """(APIServer pid=1) ERROR 10-14 16:59:25 [serving_chat.py:251] Traceback (most recent call last):
+(APIServer pid=1) ERROR 10-14 16:59:25 [serving_chat.py:251]   File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/openai/serving_engine.py", line 1012, in _validate_input
+(APIServer pid=1) ERROR 10-14 16:59:25 [serving_chat.py:251]     raise ValueError(
+(APIServer pid=1) ERROR 10-14 16:59:25 [serving_chat.py:251] ValueError: This model's maximum context length is 40000 tokens. However, your request has 89461 input tokens.
+{GAP}(APIServer pid=1) ERROR 10-14 16:59:26 [serving_chat.py:251] Error in preprocessing prompt inputs
+(APIServer pid=1) ERROR 10-14 16:59:26 [serving_chat.py:251] Traceback (most recent call last):
+(APIServer pid=1) ERROR 10-14 16:59:26 [serving_chat.py:251]   File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/openai/serving_chat.py", line 236, in create_chat_completion
+"""
+
+
+def test_a_cut_traceback_just_after_a_named_error_is_that_errors_report(tmp_path: Path) -> None:
+    """A logger that prefixes every line drops Python's chain header: a whole non-OOM exception ending a few lines
+    above the cut traceback is its cause (vllm#27073's request validation error). Near miss: far above, it is not."""
+    log = tmp_path / "req.log"
+    log.write_text(_REQUEST.replace("{GAP}", ""))
+    d = diagnose([str(log)])
+    assert (d.verdict_class, d.verdict_confidence) == ("none", 0.35)
+    assert "comes just after ValueError" in d.summary and "maximum context length is 40000 tokens" in d.summary
+    far = tmp_path / "far.log"
+    far.write_text(_REQUEST.replace("{GAP}", "".join(f"(APIServer pid=1) INFO 10-14 16:59:2{i % 10} [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s\n" for i in range(8))))
+    assert "comes just after" not in diagnose([str(far)]).summary

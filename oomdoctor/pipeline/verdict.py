@@ -158,7 +158,8 @@ def no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputS
         ref = facts.ref("cut_record_cause")
         where = f" at {ref.path}:{ref.line}" if ref is not None else ""
         summary = "No out-of-memory evidence in the input." + (
-            f" The traceback the input stops in{where} was raised while handling {cause}: {(facts.get('cut_record_cause_message') or '')[:160]}; "
+            f" The traceback the input stops in {'was raised while handling' if facts.get('cut_record_cause_chained') else 'comes just after'} {cause}{where}: "
+            f"{(facts.get('cut_record_cause_message') or '')[:160]}; "
             f"that is not an out-of-memory error, and no memory flag fixes it. The rest of the record is cut ({evidence.reason}): to be sure, fetch {FETCH_REST}."
         )
         factors = [confidence.Factor(f"the evidence is incomplete: {evidence.reason}", -0.55)]

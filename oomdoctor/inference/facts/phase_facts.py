@@ -19,6 +19,11 @@ _TRAINING_RE = re.compile(r"(?i)\btrain\w*|finetun|fine_tun|backward|optimizer|t
 _STAGE_FLAGS = {"weight_loading": "weight_load_oom", "cuda_graph": "capture_oom", "encoder": "encoder_oom"}
 
 
+# How many lines may lie between a whole exception and a cut traceback after it for the first to be the
+# second's cause: Python's blank line, chain header and blank line, and a logger's own line ("Error in ...").
+_CAUSE_GAP_LINES = 5
+
+
 def phase_facts(f: Facts, events: list[Event], oom_idx: list[int], line_counts: dict[str, int], joined_pieces: dict[str, tuple[int, ...]] | None = None) -> None:
     records = [e for e in events if e.kind == rc.KIND_RECORD]
     ooms = [events[i] for i in oom_idx if events[i].kind in ALLOCATOR_OOM_KINDS]
@@ -54,6 +59,16 @@ def phase_facts(f: Facts, events: list[Event], oom_idx: list[int], line_counts: 
         cause, message = cut.get("chain")[0]
         f.set("cut_record_cause", cause, cut.ref)
         f.set("cut_record_cause_message", message[:300], cut.ref)
+        f.set("cut_record_cause_chained", True, cut.ref)
+    elif cut is not None and len(records) > 1:
+        # The same when the chain header was lost between the two (a logger that prefixes every line and drops
+        # the blank ones, a paste that skipped it): a whole non-OOM record that ended just above the cut one.
+        above = records[-2]
+        gap = (cut.get("first_line") or 0) - (above.get("last_line") or 0)
+        if above.get("complete") and not above.get("chain_has_oom") and above.get("exception") and 0 < gap <= _CAUSE_GAP_LINES:
+            f.set("cut_record_cause", above.get("exception"), above.ref)
+            f.set("cut_record_cause_message", (above.get("exception_message") or "")[:300], above.ref)
+            f.set("cut_record_cause_chained", False, above.ref)
     if any(e.kind == rc.KIND_CLEAN_END for e in events):
         f.set("clean_end", True)
 
