@@ -47,6 +47,14 @@ def test_table_row_is_not_a_docker_prefix() -> None:
     assert split_prefix("Completed | 4/4").msg == "Completed | 4/4"
 
 
+def test_a_compose_container_name_without_an_index_is_a_docker_prefix() -> None:
+    """A compose file's container_name ("vllm  | "): before, the prefix stayed on every line, so the frames of a
+    traceback relayed by vLLM's serving_chat were not frames (vllm#13100). Near misses: one blank, a capital."""
+    s = split_prefix('vllm  | ERROR 02-11 08:25:49 serving_chat.py:661]   File "/usr/x/vllm/model_executor/layers/activation.py", line 81, in forward_cuda')
+    assert s.msg.startswith('  File "/usr/x/vllm/') and s.ts == "02-11 08:25:49"
+    assert split_prefix("vllm | x").msg == "vllm | x" and split_prefix("Loading  | 3/4").msg == "Loading  | 3/4"
+
+
 def test_strip_ansi_both_forms() -> None:
     assert strip_ansi("^[[0;31mERR^[[0m \x1b[1mB\x1b[0m") == "ERR B"
 

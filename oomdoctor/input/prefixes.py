@@ -82,8 +82,9 @@ _PREFIXES: tuple[tuple[str, LazyRegex], ...] = (
     ),
     # Markdown quote from a pasted bug report.
     ("markdown", LazyRegex(None, r"^ {0,3}>+ ?")),
-    # docker compose: service name padded to the widest name, then "| ".
-    ("docker", LazyRegex(None, r"^(?P<svc>[A-Za-z0-9][\w.]*[-_][\w.-]*)\s+\| ?")),
+    # docker compose: service name padded to the widest name, then "| " ("sglang-1  | ", v1 "sglang_1  | "); a
+    # compose file's container_name has no index ("vllm  | "): a lower-case name and two or more blanks then.
+    ("docker", LazyRegex(None, r"^(?:(?P<svc>[A-Za-z0-9][\w.]*[-_][\w.-]*)\s+|[a-z][\w.]*\s{2,})\| ?")),
     # DJL Serving (AWS large model inference containers) relays the engine's output per stream:
     # "WARN  PyProcess W-252-model-stderr: ", "INFO  PyProcess W-252-model-stdout: ".
     ("djl", LazyRegex(None, r"^(?:INFO|WARN|ERROR|DEBUG)\s+PyProcess W-\d+-[\w.-]+-std(?:out|err): ?")),
