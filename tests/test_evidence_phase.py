@@ -176,3 +176,18 @@ def test_frame_paths_are_read_from_the_installed_package_on() -> None:
     # The same path rule still sees an encoder inside the package, and a source checkout is read whole.
     assert phase.classify_frames([(f"{env}/whisper/model.py", "forward")]) == "encoder"
     assert phase.package_path("/workspace/sglang/python/sglang/srt/models/qwen2_vl.py") == "/workspace/sglang/python/sglang/srt/models/qwen2_vl.py"
+
+
+def test_vllm_v0s_dead_background_loop_is_a_serving_step_and_other_callbacks_are_not() -> None:
+    """AsyncLLMEngine's loop only steps for requests in flight: asyncio's report of its done-callback, or vLLM's
+    "Engine background task failed", says the failure was in serving (vllm#13152, dify-official-plugins#599:
+    unknown_oom before). Near miss: asyncio reporting another callback says nothing about the phase."""
+    from oomdoctor.evidence.phase import classify_context
+
+    for text in (
+        "Exception in callback functools.partial(<function _log_task_completion at 0x7fa306a24220>, error_callback=<bound method AsyncLLMEngine._error_callback of <vllm.engine.async_llm_engine.AsyncLLMEngine object at 0x7fa2f0>>)",
+        "ERROR 02-12 12:20:21 async_llm_engine.py:64] Engine background task failed",
+    ):
+        rule = classify_context(text)
+        assert rule is not None and (rule.phase, rule.after_failure) == ("serving", True), text
+    assert classify_context("Exception in callback BaseSelectorEventLoop._read_from_self()") is None
