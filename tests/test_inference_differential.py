@@ -227,7 +227,7 @@ def test_one_request_of_a_fifth_of_the_card_is_an_activation_not_a_weight_or_a_k
     diff = {c["class"]: c for c in d.findings[0].extra["differential"]}
     assert diff["runtime_activation"]["likelihood"] > 4 * diff["startup_kv"]["likelihood"]
     assert [c["class"] for c in d.findings[0].extra["differential"][:2]] == ["encoder_starvation", "runtime_activation"]
-    assert diff["runtime_activation"]["for"][0].startswith("the failed request alone was 36% of the card (16.00 GiB)")
+    assert diff["runtime_activation"]["for"][0].startswith("the failed request alone was 16.00 GiB (36% of the card)")
     assert diff["startup_kv"]["against"][0].endswith("the KV cache is allocated a tensor per layer, each a fraction of the pool")
 
 
@@ -270,3 +270,34 @@ def test_an_allocator_oom_in_an_engine_is_never_its_kv_budget_check() -> None:
     assert {"startup_kv", "weights_dont_fit"}.isdisjoint(_classes({**base, "system": "sglang"}))
     assert "startup_kv" in _classes({**base, "system": "torch"})
     assert "startup_kv" in _classes({"phase": "kv_pool", "phase_source": "frames", "system": "vllm", "torch_oom": False})
+
+
+def test_a_request_of_16_gib_is_an_activation_whatever_the_card(tmp_path: Path) -> None:
+    """A paste that cut the capacity off (sglang#37712: 73.65 GiB asked with 50.40 GiB free): no parameter or one
+    layer's KV is 16 GiB, so the activation classes lead; 8 GiB without a capacity says nothing."""
+    log = tmp_path / "big.log"
+    log.write_text("tvm.error.InternalError: CUDA out of memory. Tried to allocate 73.65 GiB. GPU 1 ... 50.40 GiB is free.\n")
+    diff = {c["class"]: c for c in diagnose([str(log)], RULES).findings[0].extra["differential"]}
+    assert diff["runtime_activation"]["for"][0] == (
+        "the failed request alone was 73.65 GiB: one tensor that large is an activation (logits or attention over a long prompt, a large batch), "
+        "not a weight or one layer's KV cache"
+    )
+    small = tmp_path / "small.log"
+    small.write_text("tvm.error.InternalError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 1 ... 50.40 GiB is free.\n")
+    for c in diagnose([str(small)], RULES).findings[0].extra["differential"]:
+        assert not any("the failed request alone was" in t for t in c["for"] + c["against"])
+
+
+def test_ggmls_cuda_pool_is_a_compute_buffer(tmp_path: Path) -> None:
+    """ggml's CUDA_CHECK names the function whose call failed; its pool (ggml_cuda_pool_malloc*) holds an op's
+    temporary buffers while it computes: activations (xorbitsai/inference#1036, llama-cpp-python's vendored ggml)."""
+    log = tmp_path / "pool.log"
+    log.write_text(
+        "CUDA error: out of memory\n"
+        "  current device: 0, in function ggml_cuda_pool_malloc_vmm at /tmp/pip-install-6hyi80yc/llama-cpp-python/vendor/llama.cpp/ggml-cuda.cu:7812\n"
+        "  cuMemCreate(&handle, reserve_size, &prop, 0)\n"
+        'GGML_ASSERT: /tmp/pip-install-6hyi80yc/llama-cpp-python/vendor/llama.cpp/ggml-cuda.cu:241: !"CUDA error"\n'
+    )
+    d = diagnose([str(log)], RULES)
+    assert d.facts.values["ggml_buffer_usage"] == "compute"
+    assert [c["class"] for c in d.findings[0].extra["differential"][:2]] == ["encoder_starvation", "runtime_activation"]

@@ -62,6 +62,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"Cuda Error",
     b"Cuda error",
     b"Failed: Cuda error",
+    b"in function ggml_cuda_pool",
 )
 
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
@@ -180,6 +181,10 @@ _GGML_BUFFER_RE = lazy(
     r"\b(?P<func>ggml_gallocr_reserve_n(?:_impl)?|alloc_tensor_range|ggml_backend_buft_alloc_buffer_n_default): failed to allocate (?P<buffer>\S+) buffer of size (?P<size>\d+)",
 )
 _GGML_USAGE = {"ggml_gallocr_reserve_n": "compute", "ggml_gallocr_reserve_n_impl": "compute"}
+# ggml's CUDA backend names the function whose CUDA call failed on the line after "CUDA error: ..." (its
+# CUDA_CHECK: "current device: %d, in function %s at %s:%d"). ggml_cuda_pool_malloc (_leg, _vmm) is the pool of
+# temporary buffers an op takes while it computes (dequantized weights, cuBLAS inputs): a compute buffer.
+_GGML_POOL_RE = lazy("in function ggml_cuda_pool", r"current device: \d+, in function (?P<func>ggml_cuda_pool_malloc\w*)")
 _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     ("cpu_allocator", "strong", lazy("DefaultCPUAllocator", r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (\d+) bytes)?")),
     # The kernel's record, global or a memory cgroup's ("Memory cgroup out of memory: Killed process"),
@@ -455,6 +460,11 @@ class TorchParser:
                 if phase:
                     driver["phase"] = phase
                 out.append(Event(KIND_DRIVER_OOM, (line.ref,), driver))
+                return out
+        if "in function ggml_cuda_pool" in msg:
+            pm = _GGML_POOL_RE.search(msg)
+            if pm:
+                out.append(Event(KIND_GGML_BUFFER, (line.ref,), {"usage": "compute", "buffer": pm.group("func"), "size_bytes": None}))
                 return out
         if "failed to allocate" in msg:
             gm = _GGML_BUFFER_RE.search(msg)
