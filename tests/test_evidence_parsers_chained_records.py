@@ -110,3 +110,20 @@ def test_a_cut_traceback_just_after_a_named_error_is_that_errors_report(tmp_path
     far = tmp_path / "far.log"
     far.write_text(_REQUEST.replace("{GAP}", "".join(f"(APIServer pid=1) INFO 10-14 16:59:2{i % 10} [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s\n" for i in range(8))))
     assert "comes just after" not in diagnose([str(far)]).summary
+
+
+def test_a_handled_error_of_another_writer_or_file_is_not_the_cut_tracebacks_cause(tmp_path: Path) -> None:
+    """Near misses (review): the API server's handled validation error just above the engine's fatal traceback,
+    and the same error at the end of another input, are not its cause: the cut record stays a hypothesis."""
+    engine = (
+        "(EngineCore_0 pid=210) ERROR 10-14 16:59:26 [core.py:702] EngineCore encountered a fatal error.\n"
+        "(EngineCore_0 pid=210) ERROR 10-14 16:59:26 [core.py:702] Traceback (most recent call last):\n"
+        '(EngineCore_0 pid=210) ERROR 10-14 16:59:26 [core.py:702]   File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_model_runner.py", line 1402, in execute_model\n'
+    )
+    mixed = tmp_path / "mixed.log"
+    mixed.write_text(_REQUEST.replace("{GAP}", "").split("(APIServer pid=1) ERROR 10-14 16:59:26 [serving_chat.py:251] Error in preprocessing")[0] + engine)
+    assert "comes just after" not in diagnose([str(mixed)]).summary
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    first.write_text(_REQUEST.replace("{GAP}", "").split("(APIServer pid=1) ERROR 10-14 16:59:26 [serving_chat.py:251] Error in preprocessing")[0])
+    second.write_text(engine)
+    assert "comes just after" not in diagnose([str(first), str(second)]).summary

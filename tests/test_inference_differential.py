@@ -301,3 +301,22 @@ def test_ggmls_cuda_pool_is_a_compute_buffer(tmp_path: Path) -> None:
     d = diagnose([str(log)], RULES)
     assert d.facts.values["ggml_buffer_usage"] == "compute"
     assert [c["class"] for c in d.findings[0].extra["differential"][:2]] == ["encoder_starvation", "runtime_activation"]
+
+
+def test_a_class_left_alone_or_without_evidence_for_it_is_not_named_and_a_nil_one_is_not_likely() -> None:
+    """Review: elimination is not evidence. A lone candidate, or a first one nothing speaks for, stays undecided;
+    a first candidate under 0.05 is not called likely."""
+    C = df.Candidate
+    assert df.leading([C("foreign_process", 0.5, (), (), "check")]) is None
+    assert df.leading([C("foreign_process", 0.5, ("x",), (), "check")]) is None
+    assert df.leading([C("foreign_process", 0.6, (), (), "c"), C("fragmentation", 0.1, (), (), "c")]) is None
+    text = df.summary([C("foreign_process", 0.0, (), ("y",), "nvidia-smi"), C("host_oom", 0.0, (), (), "dmesg")])
+    assert text.startswith("No class the table names is likely on this evidence (the likeliest, foreign_process, at 0.00)")
+
+
+def test_one_oom_line_pasted_twice_is_still_a_fragment(tmp_path: Path) -> None:
+    """Review: the count of a repeated failure line is no log around it."""
+    log = tmp_path / "twice.log"
+    line = _torch_oom("1.95 GiB", "44.52 GiB", "183.94 MiB", "43.67 GiB", "327.06 MiB")
+    log.write_text(line + line)
+    assert diagnose([str(log)], RULES).evidence.status == "fragment"

@@ -138,10 +138,15 @@ LEAD_RATIO = 3.0
 
 
 def leading(candidates: list[Candidate]) -> Candidate | None:
-    """The first candidate when the evidence sets it clearly ahead (see LEAD_LIKELIHOOD), else None."""
-    if not candidates or candidates[0].likelihood < LEAD_LIKELIHOOD:
+    """The first candidate when the evidence sets it clearly ahead (see LEAD_LIKELIHOOD), else None.
+
+    Only a lead the evidence speaks for, over a rival it was weighed against: a class left alone because the
+    others were ruled out is named by elimination, which is not evidence for it (an engine's KV pool failing
+    in the allocator rules out the KV budget and the weights, and leaves another tenant or a fraction set
+    too high, which the table does not name)."""
+    if len(candidates) < 2 or candidates[0].likelihood < LEAD_LIKELIHOOD or not candidates[0].evidence_for:
         return None
-    if len(candidates) > 1 and candidates[0].likelihood < LEAD_RATIO * candidates[1].likelihood:
+    if candidates[0].likelihood < LEAD_RATIO * candidates[1].likelihood:
         return None
     return candidates[0]
 
@@ -195,11 +200,18 @@ def _weigh(facts: dict[str, Any]) -> tuple[dict[str, float], dict[str, tuple[lis
     return odds, reasons, checks
 
 
+# Below this no candidate is "likely": the unnamed cause holds the rest (everything the table names was ruled
+# out or weighed down).
+_NAMED_FLOOR = 0.05
+
+
 def summary(candidates: list[Candidate]) -> str:
     """The report's first words for an undecided OOM: the two likeliest and the check that tells them apart."""
     if not candidates:
         return ""
     first = candidates[0]
+    if first.likelihood < _NAMED_FLOOR:
+        return f"No class the table names is likely on this evidence (the likeliest, {first.klass}, at {first.likelihood:.2f}): something it does not name (an engine bug, a setting, a misreported error) is as likely; the first check: {first.check}. "
     if len(candidates) == 1:
         return f"Most likely {first.klass} ({first.likelihood:.2f}); to confirm it: {first.check}. "
     second = candidates[1]

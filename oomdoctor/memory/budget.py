@@ -26,6 +26,9 @@ DEFAULT_KV_FLOOR_BYTES = 1 * GIB
 # What a fresh process spends before the server's first free-memory reading: the CUDA context and
 # allocator bookkeeping, and with TP > 1 NCCL's buffers. SGLang's pre = capacity - these (- others).
 CUDA_CONTEXT_BYTES = 600 * MIB
+# What NCCL and vLLM's custom all-reduce hold per rank with tensor parallelism, beyond the context: vllm#10511
+# shows non-torch memory of 1.79 GiB at TP=1 and 3.58 GiB at TP=2 on one H100 (so about 2 GiB).
+NCCL_BUFFERS_BYTES = 2 * GIB
 NCCL_BYTES = 512 * MIB
 
 _g = gib_text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from oomdoctor.base.units import GIB, gib_text
-from oomdoctor.memory.budget import CUDA_CONTEXT_BYTES, sglang_weights_bytes
+from oomdoctor.memory.budget import CUDA_CONTEXT_BYTES, NCCL_BUFFERS_BYTES, sglang_weights_bytes
 from oomdoctor.memory.derivation import Derived, Step
 
 _g = gib_text
@@ -29,13 +29,16 @@ def sglang_startup_foreign_bytes(capacity_bytes: int, pre_bytes: int, init_bytes
 
 
 
-def vllm_profile_foreign_bytes(initial_used_bytes: int, weights_bytes: int) -> Derived:
+def vllm_profile_foreign_bytes(initial_used_bytes: int, weights_bytes: list[int], tensor_parallel: bool) -> Derived:
     """Memory others held when vLLM V0 (0.6.4) began profiling: the card's used memory then (its
-    initial_memory_usage, measured after the weights loaded) less the weights and a CUDA context, never
-    negative (the step keeps the raw figure). 0.6.4 counts that memory in its non_torch_memory and takes
-    it out of the KV budget."""
-    foreign = initial_used_bytes - weights_bytes - CUDA_CONTEXT_BYTES
-    formula = f"initial_memory_usage {initial_used_bytes / GIB:.2f} - weights {weights_bytes / GIB:.2f} - context {_g(CUDA_CONTEXT_BYTES)}"
+    initial_memory_usage, measured after the weights loaded) less every model's weights (a speculative decoder
+    loads a draft too), a CUDA context and, with tensor parallelism, NCCL's and the custom all-reduce's buffers;
+    never negative (the step keeps the raw figure). 0.6.4 counts that memory in its non_torch_memory and takes it
+    out of the KV budget."""
+    nccl = NCCL_BUFFERS_BYTES if tensor_parallel else 0
+    foreign = initial_used_bytes - sum(weights_bytes) - CUDA_CONTEXT_BYTES - nccl
+    weights = " - ".join(f"{w / GIB:.2f}" for w in weights_bytes)
+    formula = f"initial_memory_usage {initial_used_bytes / GIB:.2f} - weights {weights} - context {_g(CUDA_CONTEXT_BYTES)}" + (f" - NCCL {_g(nccl)}" if nccl else "")
     return Derived(max(foreign, 0), (Step("memory held by others when profiling began", formula, foreign, "bytes"),))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from oomdoctor.base.evidence import Event
+from oomdoctor.base.evidence import KIND_REPEATS, Event
 from oomdoctor.evidence import phase
 from oomdoctor.evidence.parsers import records as rc
 from oomdoctor.evidence.parsers import torch_oom as tt
@@ -22,6 +22,21 @@ _STAGE_FLAGS = {"weight_loading": "weight_load_oom", "cuda_graph": "capture_oom"
 # How many lines may lie between a whole exception and a cut traceback after it for the first to be the
 # second's cause: Python's blank line, chain header and blank line, and a logger's own line ("Error in ...").
 _CAUSE_GAP_LINES = 5
+
+
+# A logger's place in the code as its line prefix shows it (vLLM's "[serving_chat.py:251]", SGLang's "scheduler.py:2547]").
+_WRITER_RE = re.compile(r"\b[\w.-]+\.py:\d+\]")
+
+
+def _same_writer(above: Event, cut: Event) -> bool:
+    """Whether two records were written by the same process and logger: the same input and rank, and the same
+    code location in their prefixes where either line shows one (an API server's handled error is not the
+    engine's fatal one)."""
+    a, c = above.refs[-1], cut.refs[0]
+    if a.path != c.path or a.rank != c.rank:
+        return False
+    wa, wc = _WRITER_RE.search(a.text or ""), _WRITER_RE.search(c.text or "")
+    return (wa is None and wc is None) or (wa is not None and wc is not None and wa.group() == wc.group())
 
 
 def phase_facts(f: Facts, events: list[Event], oom_idx: list[int], line_counts: dict[str, int], joined_pieces: dict[str, tuple[int, ...]] | None = None) -> None:
@@ -65,10 +80,11 @@ def phase_facts(f: Facts, events: list[Event], oom_idx: list[int], line_counts: 
         # the blank ones, a paste that skipped it): a whole non-OOM record that ended just above the cut one.
         above = records[-2]
         gap = (cut.get("first_line") or 0) - (above.get("last_line") or 0)
-        if above.get("complete") and not above.get("chain_has_oom") and above.get("exception") and 0 < gap <= _CAUSE_GAP_LINES:
-            f.set("cut_record_cause", above.get("exception"), above.ref)
-            f.set("cut_record_cause_message", (above.get("exception_message") or "")[:300], above.ref)
-            f.set("cut_record_cause_chained", False, above.ref)
+        if above.get("complete") and not above.get("chain_has_oom") and above.get("exception") and 0 < gap <= _CAUSE_GAP_LINES and _same_writer(above, cut):
+            end = above.refs[-1]
+            f.set("cut_record_cause", above.get("exception"), end)
+            f.set("cut_record_cause_message", (above.get("exception_message") or "")[:300], end)
+            f.set("cut_record_cause_chained", False, end)
     if any(e.kind == rc.KIND_CLEAN_END for e in events):
         f.set("clean_end", True)
 
@@ -100,8 +116,9 @@ def _completeness_facts(
     in_path = [r for r in records if r.ref.path == path]
     startup_failure = f.get("startup_kv_error") or f.get("capture_oom") or f.get("kv_alloc_failed") or f.get("req_slots_failed")
     whole_oom = any(e.get("complete", True) for e in ooms) or bool(startup_failure)
-    # ggml's allocator line belongs to its failed cudaMalloc's message, as the OOM's own lines do: not log around it.
-    context = sum(1 for e in events if e.kind not in (*ALLOCATOR_OOM_KINDS, tt.KIND_GGML_BUFFER, rc.KIND_RECORD, rc.KIND_CUT))
+    # ggml's allocator line belongs to its failed cudaMalloc's message, as the OOM's own lines do: not log around it;
+    # nor is the count of a failure line repeated word for word (pipeline/events.py): the same message again.
+    context = sum(1 for e in events if e.kind not in (*ALLOCATOR_OOM_KINDS, tt.KIND_GGML_BUFFER, rc.KIND_RECORD, rc.KIND_CUT, KIND_REPEATS))
     done = completeness.assess(events, in_path, [c for c in cuts if c.ref.path == path], line_counts.get(path, 0), whole_oom, context, pieces)
     f.set("evidence_status", done.status, done.ref)
     if done.reason:

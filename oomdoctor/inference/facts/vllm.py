@@ -132,18 +132,32 @@ def _derived_profile_facts(f: Facts, events: list[Event]) -> None:
     if total and util is not None and kv is not None:
         non_kv = log_figures.vllm_non_kv_bytes_from_kv(total, util, kv)
         f.offer("non_kv_bytes", non_kv.value, f.ref("kv_budget_bytes"), source="vllm_budget_minus_kv", derivation=non_kv)
-    initial, initial_ref = last_value(events, vl.KIND_PROFILE_V0_RESULTS, "initial_used_bytes")
-    if initial is not None:
-        f.set("profile_initial_used_bytes", initial, initial_ref)
-    if initial is not None and f.get("weights_bytes") is not None:
-        foreign = log_figures.vllm_profile_foreign_bytes(initial, f.get("weights_bytes"))
-        f.set("startup_foreign_bytes", foreign.value, initial_ref, f.ref("weights_bytes"), derivation=foreign)
+    _profile_foreign_facts(f, events)
     if f.get("kv_needed_bytes") and f.get("max_model_len"):
         cell = log_figures.kv_cell_bytes(f.get("kv_needed_bytes"), f.get("max_model_len"))
         f.offer("cell_bytes", cell, f.ref("kv_needed_bytes"), source="vllm_kv_needed")
     elif kv and f.get("kv_capacity_tokens") and kv > 0:
         cell = log_figures.kv_cell_bytes(kv, f.get("kv_capacity_tokens"))
         f.offer("cell_bytes", cell, f.ref("kv_capacity_tokens"), source="vllm_kv_budget")
+
+
+def _profile_foreign_facts(f: Facts, events: list[Event]) -> None:
+    """Memory another process held when vLLM 0.6.4 profiled: its initial usage less every model it loaded (a
+    speculative decoder's draft too), a CUDA context and, with TP > 1, NCCL's buffers. Only when the same line's
+    non_torch_memory holds that much: 0.6.4 counts another tenant's memory there, so a smaller figure rules it out."""
+    profile = next((e for e in reversed(events) if e.kind == vl.KIND_PROFILE_V0_RESULTS and e.get("initial_used_bytes") is not None), None)
+    if profile is None:
+        return
+    f.set("profile_initial_used_bytes", profile.get("initial_used_bytes"), profile.ref)
+    loads = [e for e in events if e.kind == vl.KIND_WEIGHTS and e.get("weights_bytes") is not None and e.ref.line < profile.ref.line]
+    if not loads:
+        return
+    tp = f.get("tp_size") or 1
+    foreign = log_figures.vllm_profile_foreign_bytes(profile.get("initial_used_bytes"), [e.get("weights_bytes") for e in loads], tp > 1)
+    non_torch = profile.get("non_torch_bytes")
+    if non_torch is not None and non_torch < foreign.value:
+        return
+    f.set("startup_foreign_bytes", foreign.value, profile.ref, *(e.ref for e in loads), derivation=foreign)
 
 
 def _startup_error_facts(f: Facts, events: list[Event]) -> None:
