@@ -98,3 +98,36 @@ def test_ggml_host_buffers_are_host_memory_and_its_device_buffers_are_not() -> N
         assert (e.get("source"), e.get("strength")) == ("ggml_host_buffer", "strong"), text
     assert kill("llama_model_load: error loading model: unable to allocate CUDA0 buffer") == []
     assert kill("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 372.08 MiB on device 0: cudaMalloc failed: out of memory") == []
+
+
+def test_go_and_old_kernels_name_a_kill_and_a_server_killed_without_a_traceback_is_host_memory(tmp_path) -> None:
+    """Go's os/exec ("signal: killed", ollama's runner) is a weak kill, the memory cgroup's pre-5.x report ("Task
+    in /docker/<id> killed as a result of limit of ...") a strong one. A vLLM server whose log ends in the shell's
+    "Killed" with no traceback was killed for host memory (a Jetson's unified memory: jetson-containers#795);
+    one that killed its own tree after a child failed (SGLang's sigquit) or after a traceback was not."""
+    from oomdoctor.api import diagnose
+
+    def kill(text: str):
+        return [e for e in tt.TorchParser().feed(Line(LineRef("x", 1, text=text), text)) if e.kind == tt.KIND_HOST_OOM]
+
+    (go,) = kill("Error: llama runner process has terminated: signal: killed")
+    assert (go.get("source"), go.get("strength")) == ("sigkill", "weak")
+    (memcg,) = kill("[Thu Mar 20 21:01:25 2025] Task in /docker/6b4502403e15 killed as a result of limit of host")
+    assert (memcg.get("source"), memcg.get("strength")) == ("memcg_limit", "strong")
+    assert kill("Error: llama runner process has terminated: exit status 2") == []
+    server = tmp_path / "jetson.log"
+    server.write_text(
+        "INFO 01-23 07:34:26 gpu_executor.py:122] # GPU blocks: 11836, # CPU blocks: 4681\n"
+        "INFO 01-23 07:34:26 gpu_executor.py:126] Maximum concurrency for 200 tokens per request: 946.88x\n"
+        "Killed\n"
+    )
+    assert diagnose([str(server)]).verdict_class == "host_oom"
+    after = tmp_path / "after_traceback.log"
+    after.write_text(
+        "INFO 01-23 07:34:26 gpu_executor.py:122] # GPU blocks: 11836, # CPU blocks: 4681\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/dist-packages/vllm/engine/llm_engine.py", line 1, in step\n'
+        "RuntimeError: NCCL error: unhandled system error\n"
+        "Killed\n"
+    )
+    assert diagnose([str(after)]).verdict_class == "none"

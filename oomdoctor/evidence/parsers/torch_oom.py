@@ -63,6 +63,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"Cuda error",
     b"Failed: Cuda error",
     b"in function ggml_cuda_pool",
+    b"killed as a result of limit of",
+    b"signal: killed",
 )
 
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
@@ -198,6 +200,9 @@ _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
         lazy(("oom-kill event", "oom_kill event", "Out Of Memory"), r"Detected \d+ oom[-_]kill events?|srun: error: .*\btasks? [\d,-]+: Out Of Memory"),
     ),
     ("cgroup_events", "strong", lazy("oom_kill ", r"^\s*oom_kill\s+[1-9]\d*\s*$")),
+    # The kernel's memory-cgroup report before 5.x (mm/memcontrol.c mem_cgroup_print_oom_info): "Task in /docker/<id>
+    # killed as a result of limit of /docker/<id>" (or "... of host").
+    ("memcg_limit", "strong", lazy("killed as a result of limit of", r"Task in \S+ killed as a result of limit of")),
     # systemd on a unit the kernel's OOM killer (or systemd-oomd) hit: "<unit>: A process of this unit has been
     # killed by the OOM killer." (src/core/unit.c) and "<unit>: Failed with result 'oom-kill'." (service.c's
     # result string for SERVICE_FAILURE_OOM_KILL), as journalctl shows them.
@@ -225,9 +230,11 @@ _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
             r"|Memory on the node \(IP: [^)]*\) where the (?:task|actor)|docs\.ray\.io/\S*ray-oom-prevention",
         ),
     ),
+    # Go's os/exec reports a child ended by SIGKILL as "signal: killed" (ollama: "llama runner process has
+    # terminated: signal: killed").
     # zsh reports a job or command ended by SIGKILL in lower case (Src/signames: "killed"): "[1]  + 14875 killed
     # python main.py" for a job, "zsh: killed     python main.py" in the foreground.
-    ("sigkill", "weak", lazy(("Killed", " killed ", "137", "-9", "signal 9", "SIGKILL"), r"(?:^|[\s\]|])Killed\s*$|\b\d+ Killed\s|(?:\[\d+\]\s+[+-]?\s*\d+|\bzsh:)\s+killed\s+\S|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|exit code:?\s*-9\b|signal 9\b|SIGKILL")),
+    ("sigkill", "weak", lazy(("Killed", " killed ", "signal: killed", "137", "-9", "signal 9", "SIGKILL"), r"(?:^|[\s\]|])Killed\s*$|\bsignal: killed\b|\b\d+ Killed\s|(?:\[\d+\]\s+[+-]?\s*\d+|\bzsh:)\s+killed\s+\S|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|exit code:?\s*-9\b|signal 9\b|SIGKILL")),
 )
 # The tables as rows the dispatch hands out: only the rows whose needle is in a line are tried.
 _DRIVER_DISPATCH: Dispatch[str] = Dispatch(tuple((pattern, source) for source, pattern in _DRIVER_PATTERNS))

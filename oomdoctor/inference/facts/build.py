@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from oomdoctor.evidence.parsers import records as rc
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.evidence.parsers import torch_oom as tt
 from oomdoctor.evidence.runs import Run, dedupe_ooms, implies_kv_failure, is_oom_event
@@ -44,11 +45,14 @@ def build_facts(
     """
     events = dedupe_ooms(run.events)
     detected, source = resolve_system(events, system, hint)
+    # A bare "Killed" or exit 137 is weak alone, but in a plain script's log it is the only trace; so it is in a
+    # server's log without a traceback (a server that fails kills its own process tree after printing one, or
+    # after "Received sigquit from a child process": SGLang's kill_process_tree, so there the child's failure is it).
+    kill_is_trace = detected == "torch" or not any(e.kind in (rc.KIND_RECORD, sg.KIND_SIGQUIT) for e in events)
     oom_idx = [
         i
         for i, e in enumerate(events)
-        # A bare "Killed" or exit 137 is weak alone, but in a plain script's log it is the only trace.
-        if is_oom_event(e) or (detected == "torch" and e.kind == tt.KIND_HOST_OOM)
+        if is_oom_event(e) or (kill_is_trace and e.kind == tt.KIND_HOST_OOM)
     ] or [i for i, e in enumerate(events) if implies_kv_failure(e)]
     unbalanced = [e for e in events if e.kind == sg.KIND_UNBALANCED]
     ready_before = any(e.kind in (sg.KIND_READY, sg.KIND_SUMMARY) for e in events)
