@@ -181,3 +181,25 @@ def test_a_failure_line_not_directly_repeated_is_read_again(tmp_path: Path, betw
     evs = read_events(str(log), stats)
     assert len([e for e in evs if e.kind == tt.KIND_OOM]) == 2
     assert not [e for e in evs if e.kind == KIND_REPEATS] and stats.warnings == []
+
+
+def test_an_engine_message_inside_a_traceback_end_or_a_failure_notice_is_still_read(tmp_path: Path) -> None:
+    """A record (the traceback's end) or vLLM's engine-dead notice cites the line for its shape; the catalogue still
+    reads the engine's own message inside it (V0's swap-space abort, a run-time KV exhaustion: dynamo#1471, `none`
+    at 0.90 before). Near miss: the notice without an engine message stays a named non-OOM error."""
+    from oomdoctor.api import diagnose
+
+    head = (
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/lib/python3.12/site-packages/vllm/entrypoints/openai/serving_chat.py", line 503, in chat_completion_stream_generator\n'
+        "    async for res in result_generator:\n"
+        "ValueError: a python exception was caught while processing the async generator: MQEngineDeadError: Engine loop is not running. "
+        "Inspect the stacktrace to find the original error: "
+    )
+    log = tmp_path / "swap.log"
+    log.write_text(head + "RuntimeError('Aborted due to the lack of CPU swap space. Please increase the swap space to avoid this error.').\n")
+    d = diagnose([str(log)])
+    assert (d.verdict_class, d.verdict_rule) == ("kv_exhaustion", "engine-message-kv-exhaustion")
+    other = tmp_path / "other.log"
+    other.write_text(head + "RuntimeError('NCCL error: unhandled system error').\n")
+    assert diagnose([str(other)]).verdict_class == "none"

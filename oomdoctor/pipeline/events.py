@@ -38,6 +38,9 @@ ANCHORS: tuple[bytes, ...] = tuple(dict.fromkeys(sg.ANCHORS + vl.ANCHORS + tt.AN
 # Each anchor's bit in a scanned line's mask (looked up once per parser of every input, 128 rank files included).
 _ANCHOR_BITS: dict[bytes, int] = {a: 1 << i for i, a in enumerate(ANCHORS)}
 _FRAME_PREFIXES = ("File ", "Traceback", "During handling", "The above exception")
+# Events that cite a line for its place in a failure's shape (a traceback's end, an engine's failure notice), not
+# for a message of their own: the catalogue still reads such a line.
+_STRUCTURAL_KINDS = frozenset({rc.KIND_RECORD, vl.KIND_ENGINE_FAILED})
 
 
 # Kinds that repeat for as long as a server runs (one per retraction, preemption, failed encoder
@@ -346,7 +349,10 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
         else:
             read = [e for route in routes if route.wants(line) for e in route.parser.feed(line)]
         cite(read)
-        if not any(r.line == line.ref.line and r.path == line.ref.path for e in read for r in e.refs):
+        # A traceback's record, or an engine's "it failed" notice, cites a line for its shape, not for what it says:
+        # an engine's own failure message inside it ("... MQEngineDeadError: ... RuntimeError('Aborted due to the lack
+        # of CPU swap space ...')") is still the catalogue's to read.
+        if not any(r.line == line.ref.line and r.path == line.ref.path for e in read if e.kind not in _STRUCTURAL_KINDS for r in e.refs):
             read = catalogue.feed(line)
             cite(read)
         repeats.begin(line, read)
