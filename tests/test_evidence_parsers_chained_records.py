@@ -54,15 +54,18 @@ def test_a_log_line_after_the_exception_ends_the_record() -> None:
     assert [r.get("complete") for r in recs][:1] == [True] and recs[-1].get("chain") == ()
 
 
+def _of(tmp_path: Path, name: str, text: str):
+    log = tmp_path / name
+    log.write_text(text)
+    return diagnose([str(log)])
+
+
 def test_a_cut_chain_with_a_named_cause_is_no_oom_and_an_oom_cause_stays_one(tmp_path: Path) -> None:
-    log = tmp_path / "capture.log"
-    log.write_text(_FIRST)
-    d = diagnose([str(log)])
+    d = _of(tmp_path, "capture.log", _FIRST)
     assert (d.verdict_class, d.verdict_confidence, d.inconclusive) == ("none", 0.35, True)
     assert "was raised while handling RuntimeError at " in d.summary and "CUDA error: operation not permitted when stream is capturing" in d.summary
-    oom = tmp_path / "capture_oom.log"
-    oom.write_text(_FIRST.replace("CUDA error: operation not permitted when stream is capturing", "CUDA error: out of memory"))
-    assert diagnose([str(oom)]).verdict_class != "none"
+    oom = _FIRST.replace("CUDA error: operation not permitted when stream is capturing", "CUDA error: out of memory")
+    assert _of(tmp_path, "capture_oom.log", oom).verdict_class != "none"
 
 
 _CAPTURED = """(EngineCore pid=3677484) INFO 09-10 09:37:40 [gpu_model_runner.py:3480] Graph capturing finished in 6 secs, took 0.62 GiB
@@ -76,17 +79,12 @@ def test_vllms_cudacheck_is_a_named_error_and_the_worker_notice_after_it_has_its
     """vLLM's CUDACHECK in csrc/custom_all_reduce.cuh prints "Failed: Cuda error FILE:LINE 'message'" and exits; the
     executor's "died unexpectedly" after it is that failure, not one whose cause is cut (read before as a cut graph
     capture). An 'out of memory' one is the device's OOM; the notice alone still stops before its cause."""
-    log = tmp_path / "ar.log"
-    log.write_text(_CAPTURED)
-    d = diagnose([str(log)])
+    d = _of(tmp_path, "ar.log", _CAPTURED)
     assert (d.verdict_class, d.verdict_confidence, d.inconclusive) == ("none", 0.9, False)
     assert "CUDA error" in d.summary and "invalid argument" in d.summary
-    oom = tmp_path / "ar_oom.log"
-    oom.write_text(_CAPTURED.replace("'invalid argument'", "'out of memory'"))
-    assert diagnose([str(oom)]).verdict_class not in ("none",)
-    alone = tmp_path / "notice.log"
-    alone.write_text(_CAPTURED.replace("Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:164 'invalid argument'\n", ""))
-    assert diagnose([str(alone)]).evidence.status == "incomplete"
+    assert _of(tmp_path, "ar_oom.log", _CAPTURED.replace("'invalid argument'", "'out of memory'")).verdict_class != "none"
+    alone = _CAPTURED.replace("Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:164 'invalid argument'\n", "")
+    assert _of(tmp_path, "notice.log", alone).evidence.status == "incomplete"
 
 
 _REQUEST = """(APIServer pid=1) ERROR 10-14 16:59:25 [serving_chat.py:251] Traceback (most recent call last):

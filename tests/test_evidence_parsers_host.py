@@ -39,10 +39,12 @@ def test_kubectl_json_limits_on_one_line_or_the_next() -> None:
     assert split[-1].get("memory_limit_bytes") == 64 * 10**9  # G is 10**9, Gi 2**30
 
 
-def test_slurm_cgroup_and_kernel_records_are_host_kills() -> None:
-    def kill(text: str):
-        return [e for e in tt.TorchParser().feed(Line(LineRef("x", 1, text=text), text)) if e.kind == tt.KIND_HOST_OOM]
+def kill(text: str) -> list:
+    """The host-kill events the torch parser reads on one line."""
+    return [e for e in tt.TorchParser().feed(Line(LineRef("x", 1, text=text), text)) if e.kind == tt.KIND_HOST_OOM]
 
+
+def test_slurm_cgroup_and_kernel_records_are_host_kills() -> None:
     for text in (
         "slurmstepd: error: Detected 1 oom-kill event(s) in step 3495064.0 cgroup. Some of your processes may have been killed by the cgroup out-of-memory handler.",
         "slurmstepd: error: Detected 2 oom_kill events in StepId=4242.13. Some of the step tasks have been OOM Killed.",
@@ -62,9 +64,6 @@ def test_systemd_and_zsh_say_a_kill_in_their_own_words() -> None:
     """journalctl of a unit the OOM killer hit (systemd's unit.c and service.c texts) is a strong host kill;
     zsh's lower-case job report of a SIGKILL is a weak one, as bash's "Killed" is. Near misses: another
     result, another job state, the word in prose."""
-
-    def kill(text: str):
-        return [e for e in tt.TorchParser().feed(Line(LineRef("x", 1, text=text), text)) if e.kind == tt.KIND_HOST_OOM]
 
     for text in (
         "Dec 02 10:00:01 gpu7 systemd[1]: llama-server.service: A process of this unit has been killed by the OOM killer.",
@@ -87,9 +86,6 @@ def test_ggml_host_buffers_are_host_memory_and_its_device_buffers_are_not() -> N
     """ggml's CPU backend failing its aligned malloc, and llama.cpp giving up on a CPU buffer, are host RAM; the
     same words for a CUDA buffer type are the device's (ggml's cudaMalloc line, not a host kill)."""
 
-    def kill(text: str):
-        return [e for e in tt.TorchParser().feed(Line(LineRef("x", 1, text=text), text)) if e.kind == tt.KIND_HOST_OOM]
-
     for text in (
         "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 437944320",
         "llama_model_load: error loading model: unable to allocate CPU buffer",
@@ -106,9 +102,6 @@ def test_go_and_old_kernels_name_a_kill_and_a_server_killed_without_a_traceback_
     "Killed" with no traceback was killed for host memory (a Jetson's unified memory: jetson-containers#795);
     one that killed its own tree after a child failed (SGLang's sigquit) or after a traceback was not."""
     from oomdoctor.api import diagnose
-
-    def kill(text: str):
-        return [e for e in tt.TorchParser().feed(Line(LineRef("x", 1, text=text), text)) if e.kind == tt.KIND_HOST_OOM]
 
     (go,) = kill("Error: llama runner process has terminated: signal: killed")
     assert (go.get("source"), go.get("strength")) == ("sigkill", "weak")
