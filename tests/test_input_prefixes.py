@@ -145,3 +145,11 @@ def test_an_entry_is_tried_only_on_text_its_first_character_can_start() -> None:
                     assert (name, pattern.compiled) in prefixes._entries(text)
             text = split_prefix(text).msg if split_prefix(text).msg != text else text[1:]
     assert matched > 1000
+
+
+def test_a_bracketed_level_tag_before_the_programs_line_is_a_collector_prefix() -> None:
+    """"[ERROR]   File ..." (a wrapper logging a child's stderr at its own level): the frame is read as a frame
+    (InternVL#1174: a cut traceback in the vision tower read as no evidence). Near miss: a tag that is no level."""
+    s = split_prefix('[ERROR]   File "/root/envs/vllm/model_executor/models/intern_vit.py", line 375, in forward')
+    assert s.msg == '  File "/root/envs/vllm/model_executor/models/intern_vit.py", line 375, in forward' and not s.program
+    assert split_prefix("[rank0]: x").rank == "rank0" and split_prefix("[NOTE] x").msg == "[NOTE] x"

@@ -82,6 +82,9 @@ _PREFIXES: tuple[tuple[str, LazyRegex], ...] = (
     ),
     # Markdown quote from a pasted bug report.
     ("markdown", LazyRegex(None, r"^ {0,3}>+ ?")),
+    # A collector's or wrapper's level tag in brackets before the program's own line ("[ERROR]   File ...",
+    # "[INFO] Loading safetensors ..."): Python logging's "[%(levelname)s] %(message)s" around a child's output.
+    ("level_tag", LazyRegex(None, r"^\[(?:ERROR|WARN(?:ING)?|INFO|DEBUG|CRITICAL|FATAL)\] ?")),
     # docker compose: service name padded to the widest name, then "| " ("sglang-1  | ", v1 "sglang_1  | "); a
     # compose file's container_name has no index ("vllm  | "): a lower-case name and two or more blanks then.
     ("docker", LazyRegex(None, r"^(?:(?P<svc>[A-Za-z0-9][\w.]*[-_][\w.-]*)\s+|[a-z][\w.]*\s{2,})\| ?")),
@@ -144,6 +147,7 @@ _FIRST_CHARS: dict[str, LazyRegex] = {
         ("srun", r"[ \d]"),
         ("ray", r"\("),
         ("markdown", r"[ >]"),
+        ("level_tag", r"\["),
         ("docker", r"[A-Za-z0-9]"),
         ("djl", r"[IWED]"),
         ("buildkite_gutter", r"[\s|]"),
