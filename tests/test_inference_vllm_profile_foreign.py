@@ -49,3 +49,23 @@ def test_tensor_parallel_buffers_are_allowed_for(tmp_path: Path) -> None:
     """TP=4: 3.2 GiB over the weights with 2.9 GiB of non-torch memory is NCCL's, not another process's."""
     d = diagnose([str(_log(tmp_path, ["16.0000"], "19.20", "2.90", tp=4))])
     assert d.facts.values.get("startup_foreign_bytes", 0) < 2 * GIB and d.verdict_rule != "vllm-profile-foreign-memory"
+
+
+def test_one_listed_process_holding_all_used_memory_is_the_server_not_a_tenant(tmp_path: Path) -> None:
+    """vllm#13067 (container, TP=8): "Process 2377657 has 79.19 GiB memory in use" is all the card's used memory
+    while PyTorch accounts for 69 GiB of it: the one process is the server under its host PID, and the other 10 GiB
+    are its own non-PyTorch memory (NVML counts them in its figure), not another tenant (foreign_process 0.65
+    before). Near miss: the listed process holding only part of it leaves the tenant reading in place."""
+    def message(process_gib: str) -> str:
+        return (
+            "ERROR 02-10 18:06:30 engine.py:139] OutOfMemoryError('CUDA out of memory. Tried to allocate 1.27 GiB. GPU 0 has a total capacity of "
+            f"79.33 GiB of which 109.81 MiB is free. Process 2377657 has {process_gib} GiB memory in use. Of the allocated memory 67.68 GiB is "
+            "allocated by PyTorch, with 76.00 MiB allocated in private pools (e.g., CUDA Graphs), and 1.47 GiB is reserved by PyTorch but unallocated.')\n"
+        )
+
+    whole = tmp_path / "whole.log"
+    whole.write_text(message("79.19"))
+    assert diagnose([str(whole)]).facts.values["unaccounted_tenant"] is False
+    part = tmp_path / "part.log"
+    part.write_text(message("40.00"))
+    assert diagnose([str(part)]).facts.values["unaccounted_tenant"] is True

@@ -41,7 +41,12 @@ def allocator_facts(f: Facts, refs: tuple[LineRef, ...]) -> None:
         unaccounted, others, threshold = oom_arithmetic.unaccounted_derivation(capacity, free, allocated, unalloc, f.get("this_process_bytes"))
         f.set("unaccounted_bytes", unaccounted.value, *refs, derivation=unaccounted)
         f.set("unaccounted_threshold_bytes", threshold)
-        f.set("unaccounted_tenant", others > threshold and (f.get("shortfall_bytes") or 0) <= others, *refs)
+        # One listed process holding all the card's used memory is the server itself (under its host PID in a
+        # container: it holds PyTorch's allocations, so no other process can hold the rest): NVML counts a
+        # process's own non-PyTorch memory (NCCL, all-to-all buffers, workspaces) in its figure, so what the
+        # allocator's figures leave unexplained is the server's, not a tenant's.
+        whole = any(p.used_bytes is not None and p.used_bytes >= (capacity - free) - oom_arithmetic.fragmentation_material_bytes(capacity) for p in f.get("process_list") or ())
+        f.set("unaccounted_tenant", others > threshold and (f.get("shortfall_bytes") or 0) <= others and not whole, *refs)
 
 
 def budget_facts(f: Facts) -> None:
