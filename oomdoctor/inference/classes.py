@@ -41,6 +41,11 @@ class ClassCatalogue(NamedTuple):
     def get(self, name: str) -> ClassSpec | None:
         return self.classes.get(name)
 
+    def hypothesis_fix(self, name: str) -> str:
+        """What to do when the evidence only makes class ``name`` likely (an inconclusive or differential verdict)."""
+        spec = self.classes.get(name)
+        return spec.hypothesis_fix if spec is not None and spec.hypothesis_fix else "see the class documentation"
+
     def has(self, name: str, flag: str) -> bool:
         """Whether class ``name`` is catalogued with ``flag`` (a boolean key of classes.toml) set."""
         spec = self.classes.get(name)

@@ -175,8 +175,7 @@ def _lead_hypothesis(undecided: Finding, candidates: list[differential.Candidate
     words say why, what the class's fix is and the one check that confirms it. The differential stays in full.
     """
     lead = candidates[0]
-    spec = classes.load().get(lead.klass)
-    fix = spec.hypothesis_fix if spec is not None and spec.hypothesis_fix else "see the class documentation"
+    fix = classes.load().hypothesis_fix(lead.klass)
     value = round(min(confidence.HYPOTHESIS_CAP, lead.likelihood), 2)
     because = "; ".join(lead.evidence_for) if lead.evidence_for else "the phase allows no other class named here"
     runner_up = f" Else {candidates[1].klass} ({candidates[1].likelihood:.2f})." if len(candidates) > 1 else ""

@@ -174,7 +174,7 @@ def no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputS
             value = confidence.HYPOTHESIS_CAP if found.source in ("frames", "engine") else confidence.HYPOTHESIS_CAP - 0.10
             message = (
                 f"Crash during {found.name.replace('_', ' ')} ({_phase_words(found)}); the exception line is missing: {evidence.reason}. "
-                f"If it was an out-of-memory error, then it is most likely {likely} — {_hypothesis_fix(likely)}. "
+                f"If it was an out-of-memory error, then it is most likely {likely} — {classes.load().hypothesis_fix(likely)}. "
                 f"To decide it, fetch {FETCH_REST}."
             )
             refs = tuple(dict.fromkeys(r for r in (found.ref, evidence.ref) if r is not None))
@@ -212,7 +212,7 @@ def no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputS
         reason = f"the input stops during {found.name.replace('_', ' ')} (from {where}), before the server was ready, and shows no error"
         message = (
             f"The log stops during {found.name.replace('_', ' ')} ({_phase_words(found)}), before the server was ready, and shows no error. "
-            f"If the server died there, then it is most likely {likely} — {_hypothesis_fix(likely)}. "
+            f"If the server died there, then it is most likely {likely} — {classes.load().hypothesis_fix(likely)}. "
             f"If it is still starting, there is nothing to diagnose yet. To decide it, fetch {FETCH_REST}."
         )
         base["evidence"] = Completeness("incomplete", reason, found.ref)
@@ -298,12 +298,6 @@ def _phase_hypothesis(
     return Diagnosis(
         verdict_class=likely, verdict_confidence=value, verdict_rule=None, summary=message, findings=[hypothesis], confidence_factors=factors, inconclusive=True, **base
     )
-
-
-def _hypothesis_fix(klass: str) -> str:
-    """What to do when the evidence only makes ``klass`` likely (data/classes.toml)."""
-    spec = classes.load().get(klass)
-    return spec.hypothesis_fix if spec is not None and spec.hypothesis_fix else "see the class documentation"
 
 
 def _phase_words(found: phase_step.Phase) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from oomdoctor.base.units import GIB
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.evidence.parsers import vllm as vl
 from oomdoctor.memory import model_size
@@ -27,6 +28,7 @@ def _argument(events: list[Event], key: str) -> str | None:
 
 def prior_facts(f: Facts, events: list[Event]) -> None:
     _allocator_shares(f)
+    _activation_sized(f)
     model = f.get("model_path")
     if not isinstance(model, str) or not model.strip():
         return
@@ -65,3 +67,18 @@ def _allocator_shares(f: Facts) -> None:
         # Only PyTorch's caching allocator asks for one tensor at a time; an engine's own cudaMalloc (TensorRT-LLM's
         # or llama.cpp's KV pool) may ask for a whole pool at once.
         f.set("request_share", round(requested / capacity, 4), f.ref("requested_bytes") or refs[0])
+
+
+# One PyTorch request of this share of the card, or this size whatever the card, is an activation's shape
+# (data/differential.toml argues the figures: the largest parameter, one layer's KV cache).
+ACTIVATION_SHARE = 0.2
+ACTIVATION_BYTES = 16 * GIB
+
+
+def _activation_sized(f: Facts) -> None:
+    """Whether the failed request is too large for a weight or one layer's KV cache (and not larger than the card)."""
+    requested = f.get("requested_bytes")
+    if requested is None or not f.get("torch_oom") or f.get("request_exceeds_card"):
+        return
+    share = f.get("request_share")
+    f.set("request_activation_sized", requested >= ACTIVATION_BYTES or (share is not None and share >= ACTIVATION_SHARE), f.ref("requested_bytes"))
