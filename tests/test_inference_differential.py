@@ -66,8 +66,8 @@ def test_the_summary_names_two_and_the_check_and_says_when_they_tie() -> None:
 def test_unknown_oom_fixtures_all_carry_a_differential_in_the_json(run_cli) -> None:
     for log in sorted((FIXTURES / "unknown-oom").glob("*.log")):
         data = run_cli("diagnose", str(log), "--format", "json").json
-        if data["verdict"]["class"] != "unknown_oom" and data["verdict"]["rule"] is not None:
-            assert "differential" not in data["verdict"]  # a decided verdict carries none
+        if data["verdict"]["class"] != "unknown_oom" and data["verdict"]["rule"] is not None and not data["findings"][0].get("hypothesis"):
+            assert "differential" not in data["verdict"]  # a decided verdict carries none (an undecided rule's lead does)
             continue
         diff = data["verdict"]["differential"]
         assert diff and data["findings"][0]["differential"] == diff, log.name
@@ -320,3 +320,30 @@ def test_one_oom_line_pasted_twice_is_still_a_fragment(tmp_path: Path) -> None:
     line = _torch_oom("1.95 GiB", "44.52 GiB", "183.94 MiB", "43.67 GiB", "327.06 MiB")
     log.write_text(line + line)
     assert diagnose([str(log)], RULES).evidence.status == "fragment"
+
+
+def test_a_multimodal_models_own_code_in_the_traceback_is_a_step_for_the_encoder(tmp_path: Path) -> None:
+    # The same cut traceback (a request larger than the card, nothing else known) through a VL model's code
+    # leads with the encoder; through a text model's code, or a helper in the same models/ folder, it stays a tie.
+    multimodal = FIXTURES / "unknown-oom" / "vllm_oom_in_multimodal_model_code.log"
+    d = diagnose([str(multimodal)], RULES)
+    diff = d.findings[0].extra["differential"]
+    assert d.verdict_class == "encoder_starvation" and d.findings[0].extra["hypothesis"] is True
+    assert "the model is multimodal (the traceback runs qwen2_5_vl's model code)" in diff[0]["for"]
+    text = diagnose([str(FIXTURES / "unknown-oom" / "vllm_oom_in_text_model_code.log")], RULES)
+    assert text.verdict_class == "unknown_oom"
+    ties = {c["class"]: c["likelihood"] for c in text.findings[0].extra["differential"][:2]}
+    assert ties["encoder_starvation"] == ties["runtime_activation"]
+    source = multimodal.read_text()
+    for path, multimodal_code in [
+        ("vllm/model_executor/models/utils.py", False),  # a helper beside the models: says nothing
+        ("vllm/model_executor/models/vision.py", True),  # vLLM's helpers for vision towers: run only by them
+        ("sglang/srt/models/mllama.py", True),
+        ("transformers/models/qwen2_5_vl/modeling_qwen2_5_vl.py", True),
+        ("vlmeval/vlm/llava/modeling_llava.py", True),
+        ("vllm/model_executor/layers/vl_utils.py", False),  # not a model's own file
+    ]:
+        log = tmp_path / f"{multimodal_code}-{path.replace('/', '_')}"
+        log.write_text(source.replace("vllm/model_executor/models/qwen2_5_vl.py", path))
+        got = diagnose([str(log)], RULES)
+        assert (got.verdict_class == "encoder_starvation") is multimodal_code, path

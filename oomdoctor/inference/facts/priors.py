@@ -8,8 +8,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.units import GIB
+from oomdoctor.evidence.parsers import records as rc
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.evidence.parsers import vllm as vl
+from oomdoctor.inference.facts.common import ALLOCATOR_OOM_KINDS
+from oomdoctor.input.patterns import LazyRegex
 from oomdoctor.memory import model_size
 
 if TYPE_CHECKING:
@@ -17,6 +20,13 @@ if TYPE_CHECKING:
     from oomdoctor.inference.facts.store import Facts
 
 _START_KINDS = (sg.KIND_SERVER_ARGS, vl.KIND_ARGS, vl.KIND_ENGINE_CONFIG)
+
+# The model's own code in a failure's traceback names its architecture, as a model name does: vLLM's
+# model_executor/models/<arch>.py, SGLang's srt/models/<arch>.py, lmdeploy's pytorch/models/<arch>.py,
+# transformers' (or a checkpoint's remote code's) modeling_<arch>.py. The engines keep helpers in the
+# same folders (utils.py, interfaces.py), so only a name that says multimodal is read: a helper's name
+# says nothing, and taking it for a text-only model's would count against the encoder.
+_MODEL_CODE = LazyRegex(("models", "modeling_"), r"(?:(?<=[/\\]models[/\\])|(?<=modeling_))(\w+)\.py$")
 
 
 def _argument(events: list[Event], key: str) -> str | None:
@@ -29,6 +39,7 @@ def _argument(events: list[Event], key: str) -> str | None:
 def prior_facts(f: Facts, events: list[Event]) -> None:
     _allocator_shares(f)
     _activation_sized(f)
+    _model_code(f, events)
     model = f.get("model_path")
     if not isinstance(model, str) or not model.strip():
         return
@@ -51,6 +62,19 @@ def prior_facts(f: Facts, events: list[Event]) -> None:
         f.set("expected_weights_share", round(value.value / capacity, 3), *refs)
         f.set("expected_weights_low_share", round(low / capacity, 3), *refs)
         f.set("expected_weights_high_share", round(high / capacity, 3), *refs)
+
+
+def _model_code(f: Facts, events: list[Event]) -> None:
+    """Whether the failure's traceback runs a multimodal model's own code (the innermost such frame)."""
+    for e in reversed(events):
+        if e.kind not in ALLOCATOR_OOM_KINDS and e.kind != rc.KIND_RECORD:
+            continue
+        for path, _func in reversed(e.get("frames") or ()):
+            m = _MODEL_CODE.search(path)
+            if m and model_size.prior_of(m.group(1)).multimodal:
+                f.set("model_code_multimodal", True, e.ref)
+                f.set("model_code_arch", m.group(1), e.ref)
+                return
 
 
 def _allocator_shares(f: Facts) -> None:
