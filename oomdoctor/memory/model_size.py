@@ -73,14 +73,19 @@ def params_of(model: str) -> tuple[float | None, str]:
     return value, f"'{text}' in the name"
 
 
+def names_multimodal(model: str) -> bool:
+    """Whether a model's name (or an architecture's, as its model code's file names it) is a multimodal model's."""
+    return bool(_MULTIMODAL.search(_name(model)))
+
+
 def prior_of(model: str, dtype: str | None = None, quantization: str | None = None) -> ModelPrior:
     """What a model name and its dtype / quantization arguments say about its weights."""
     params, how = params_of(model)
     said = " ".join(str(x) for x in (quantization, dtype, _name(model)) if x and str(x).lower() not in ("none", "auto"))
     for pattern, size, what in _STORAGE:
         if pattern.search(said.lower()):
-            return ModelPrior(params, how, size, what, True, bool(_MULTIMODAL.search(_name(model))))
-    return ModelPrior(params, how, 2.0, "16-bit assumed (dtype auto: the usual bf16 checkpoint)", False, bool(_MULTIMODAL.search(_name(model))))
+            return ModelPrior(params, how, size, what, True, names_multimodal(model))
+    return ModelPrior(params, how, 2.0, "16-bit assumed (dtype auto: the usual bf16 checkpoint)", False, names_multimodal(model))
 
 
 def weights_per_rank(prior: ModelPrior, tp: int = 1, pp: int = 1) -> tuple[Derived, int, int] | None:

@@ -71,7 +71,7 @@ def _model_code(f: Facts, events: list[Event]) -> None:
             continue
         for path, _func in reversed(e.get("frames") or ()):
             m = _MODEL_CODE.search(path)
-            if m and model_size.prior_of(m.group(1)).multimodal:
+            if m and model_size.names_multimodal(m.group(1)):
                 f.set("model_code_multimodal", True, e.ref)
                 f.set("model_code_arch", m.group(1), e.ref)
                 return
