@@ -153,3 +153,20 @@ def test_a_bracketed_level_tag_before_the_programs_line_is_a_collector_prefix() 
     s = split_prefix('[ERROR]   File "/root/envs/vllm/model_executor/models/intern_vit.py", line 375, in forward')
     assert s.msg == '  File "/root/envs/vllm/model_executor/models/intern_vit.py", line 375, in forward' and not s.program
     assert split_prefix("[rank0]: x").rank == "rank0" and split_prefix("[NOTE] x").msg == "[NOTE] x"
+
+
+@pytest.mark.parametrize(
+    "raw, msg, rank, system",
+    [
+        # A log shipper's space-separated stamp around vLLM's own prefix (vllm#20726): the level belongs to vLLM.
+        ("2025-07-10 08:59:40 ERROR 07-09 17:59:40 [core.py:586]     check_enough_kv_cache_memory(c)", "    check_enough_kv_cache_memory(c)", None, "vllm"),
+        ("2025-07-10 08:59:40.512 [2025-07-10 08:59:40 TP3] Load weight end.", "Load weight end.", "TP3", "sglang"),
+        ("2025-07-10 08:59:40 (EngineCore_DP0 pid=12) INFO 07-09 17:59:40 [core.py:1] x", "x", "DP0", "vllm"),
+        # Near misses: Python logging's own level, bracketed or bare, is still its prefix, and the message stays whole.
+        ("2025-07-10 08:59:40 ERROR 3 requests failed", "3 requests failed", None, None),
+        ("2026-03-29 22:51:55,108 [WARNING] sglang_omni.x: y", "sglang_omni.x: y", None, None),
+    ],
+)
+def test_a_shippers_stamp_before_the_engines_own_prefix(raw: str, msg: str, rank: str | None, system: str | None) -> None:
+    s = split_prefix(raw)
+    assert (s.msg, s.rank, s.system) == (msg, rank, system)

@@ -126,7 +126,13 @@ _PREFIXES: tuple[tuple[str, LazyRegex], ...] = (
     # Python logging as SGLang Omni configures it: "2026-03-29 22:51:55,108 [WARNING] ".
     (
         "pylogging",
-        LazyRegex(None, r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[,.]\d+)?) (?:\[(?P<level>[A-Za-z]+)\] |(?P<l2>[A-Z]+) )"),
+        LazyRegex(None,
+            r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[,.]\d+)?) "
+            # A bare level is Python logging's, unless vLLM's own "LEVEL MM-DD HH:MM:SS [file:N]" follows: then
+            # this is a log shipper's stamp and the level is vLLM's. So is a stamp before SGLang's "[HH:MM:SS TP0]"
+            # or vLLM's "(EngineCore_DP0 pid=N)": the next pass strips the program's own prefix.
+            r"(?:\[(?P<level>[A-Za-z]+)\] |(?=(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2})|(?=\[\d{2}|\([A-Z][\w]* pid=)|(?P<l2>[A-Z]+) )"
+        ),
     ),
     # Process-supervisor tags some launchers add before the engine's own prefix: "(Process) ".
     (
