@@ -125,3 +125,17 @@ def test_a_handled_error_of_another_writer_or_file_is_not_the_cut_tracebacks_cau
     first.write_text(_REQUEST.replace("{GAP}", "").split("(APIServer pid=1) ERROR 10-14 16:59:26 [serving_chat.py:251] Error in preprocessing")[0])
     second.write_text(engine)
     assert "comes just after" not in diagnose([str(first), str(second)]).summary
+
+
+def test_rays_wrapper_naming_its_cause_ends_the_record() -> None:
+    """"ray.exceptions.RayTaskError(OutOfMemoryError): ray::f() (pid=N)" is the record's exception line (the cause's
+    class in parentheses), so the remote traceback Ray prints after it is a record of its own."""
+    text = (
+        '  File "/usr/local/lib/python3.12/dist-packages/ray/_private/worker.py", line 919, in get_objects\n'
+        "    raise value.as_instanceof_cause()\n"
+        "ray.exceptions.RayTaskError(OutOfMemoryError): ray::main_task() (pid=508648, ip=10.1.200.6)\n"
+        '  File "/home/x/verl/trainer/main_ppo.py", line 40, in main_task\n'
+    )
+    first, second = _records(text)
+    assert first.get("exception") == "ray.exceptions.RayTaskError(OutOfMemoryError)" and first.get("is_oom") and first.get("complete")
+    assert second.get("complete") is False and second.get("frames")[-1] == ("/home/x/verl/trainer/main_ppo.py", "main_task")

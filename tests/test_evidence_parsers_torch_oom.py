@@ -443,3 +443,18 @@ def test_the_oom_start_hint_holds_wherever_the_start_pattern_matches() -> None:
             assert tt._OOM_START_HINT.search(line), line
             assert tt._oom_start(line) is not None
     assert started > 300
+
+
+def test_ray_names_a_remote_torch_oom_in_parentheses() -> None:
+    """vllm#13074 / verl#647: Ray re-raises a worker's exception as RayTaskError(<cause class>), and the
+    paste stops before the worker's own message. Near misses: another cause class, and Ray's own
+    memory-monitor kill (a bare ray.exceptions.OutOfMemoryError, read as the host's OOM elsewhere)."""
+    events = feed([
+        '  File "/usr/local/lib/python3.12/dist-packages/ray/_private/worker.py", line 919, in get_objects',
+        "    raise value.as_instanceof_cause()",
+        "ray.exceptions.RayTaskError(OutOfMemoryError): ray::RayWorkerWrapper.execute_method() (pid=341, ip=10.66.6.64)",
+    ])
+    (oom,) = [e for e in events if e.kind == KIND_OOM]
+    assert oom.get("exception") == "ray.exceptions.RayTaskError(OutOfMemoryError)" and oom.get("requested_bytes") is None
+    assert [e for e in feed(["ray.exceptions.RayTaskError(ValueError): ray::main_task() (pid=5, ip=10.1.200.6)"]) if e.kind == KIND_OOM] == []
+    assert [e for e in feed(["ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory."]) if e.kind == KIND_OOM] == []

@@ -72,7 +72,8 @@ _CHAIN_RE = lazy(None, r"During handling of the above exception|The above except
 # The line that ends a traceback: an exception class (dotted path allowed) at the start of the message.
 _EXC_LINE_RE = lazy(
     None,
-    r"^(?P<name>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt|Failure|Warning|Fault|Timeout|Abort))(?:\s*:\s*(?P<msg>.*))?$",
+    # Ray names the remote cause in parentheses: "ray.exceptions.RayTaskError(OutOfMemoryError): ray::f() (pid=N, ...)".
+    r"^(?P<name>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt|Failure|Warning|Fault|Timeout|Abort)(?:\([A-Z]\w*\))?)(?:\s*:\s*(?P<msg>.*))?$",
 )
 _CUT_RE = lazy(
     None,

@@ -242,8 +242,11 @@ _HOST_DISPATCH: Dispatch[tuple[str, str]] = Dispatch(tuple((pattern, (source, st
 
 _TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
 # A traceback's exception line naming PyTorch's OOM class, with its colon (not a source line: those are
-# indented; not the bare class name a bug report quotes in prose).
-_OOM_EXCEPTION_LINE_RE = lazy("OutOfMemoryError", r"(?P<exc>torch\.(?:cuda\.)?OutOfMemoryError):")
+# indented; not the bare class name a bug report quotes in prose). Ray re-raises a remote task's exception
+# as RayTaskError with the cause's class name in parentheses: "ray.exceptions.RayTaskError(OutOfMemoryError):
+# ray::RayWorkerWrapper.execute_method() (pid=341, ...)" is torch's OOM in a worker (Ray's own memory-monitor
+# kill is a bare ray.exceptions.OutOfMemoryError, the host parser's).
+_OOM_EXCEPTION_LINE_RE = lazy("OutOfMemoryError", r"(?P<exc>torch\.(?:cuda\.)?OutOfMemoryError|(?:ray\.exceptions\.)?Ray\w*Error\(OutOfMemoryError\)):")
 _METHOD_RE = lazy("processing method", r"while processing method (\w+)")
 
 def _oom_start(text: str) -> re.Match[str] | None:
