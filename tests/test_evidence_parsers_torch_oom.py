@@ -458,3 +458,46 @@ def test_ray_names_a_remote_torch_oom_in_parentheses() -> None:
     assert oom.get("exception") == "ray.exceptions.RayTaskError(OutOfMemoryError)" and oom.get("requested_bytes") is None
     assert [e for e in feed(["ray.exceptions.RayTaskError(ValueError): ray::main_task() (pid=5, ip=10.1.200.6)"]) if e.kind == KIND_OOM] == []
     assert [e for e in feed(["ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory."]) if e.kind == KIND_OOM] == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: out of memory",
+        "TT_FATAL: Out of Memory: Not enough space to allocate 5368709120 B DRAM buffer",  # tt-metal#40108
+        "llama_init_from_model: failed to allocate compute buffers: out of memory",
+        "Out of memory while allocating the KV cache",
+        "FATAL ERROR: OUT OF MEMORY",
+    ],
+)
+def test_a_runtime_no_table_knows_stating_an_oom_is_an_oom_without_numbers(line: str) -> None:
+    (oom,) = [e for e in feed([line]) if e.kind == KIND_DRIVER_OOM]
+    assert oom.get("source") == "oom_statement" and oom.get("stage") == "unknown"
+
+
+def test_the_statement_takes_its_phase_from_the_frames_above_it() -> None:
+    (oom,) = [
+        e
+        for e in feed([
+            '  File "/x/vllm/model_executor/model_loader/loader.py", line 1, in load_model',
+            "    model.load_weights(w)",
+            "RuntimeError: out of memory",
+        ])
+        if e.kind == KIND_DRIVER_OOM
+    ]
+    assert oom.get("stage") == "weight_loading"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "to avoid out of memory errors, lower --max-num-seqs",
+        "WARNING: this run might go out of memory with a batch of 64",
+        "Out of memory errors are common with long prompts",
+        # SGLang's retraction notice is the catalogue's (a normal answer to a full KV pool), never an OOM.
+        "Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: 0.0980 -> 0.9446",
+        "    except RuntimeError:  # out of memory",
+    ],
+)
+def test_prose_and_catalogued_notices_naming_it_are_not_an_oom(line: str) -> None:
+    assert [e for e in feed([line]) if e.kind in (KIND_DRIVER_OOM, KIND_OOM)] == []

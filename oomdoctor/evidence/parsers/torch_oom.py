@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from oomdoctor.base.evidence import Event, Line, LineRef, ProcessUsage
 from oomdoctor.base.oom_words import ALLOCATOR_WORDS
 from oomdoctor.evidence import phase as phase_tables
+from oomdoctor.evidence.parsers import engine_messages
 from oomdoctor.evidence.parsers.captures import named, typed
 from oomdoctor.evidence.parsers.frames import FRAME_LINE
 from oomdoctor.input.patterns import Dispatch, LazyRegex, lazy
@@ -165,6 +166,20 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     # XLA (JAX, sglang-jax, vLLM on TPU): "RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...",
     # "RESOURCE_EXHAUSTED: ... Ran out of memory in memory space hbm".
     ("xla_resource_exhausted", lazy("RESOURCE_EXHAUSTED", r"RESOURCE_EXHAUSTED:.{0,120}?(?:Out of memory|[Rr]an out of memory)")),
+)
+# The last resort for a runtime no table above (nor the engines' catalogue) knows: a line that states an
+# out-of-memory failure in the form errors take, in any case. An exception or fatal tag whose message
+# begins with it ("RuntimeError: out of memory", "TT_FATAL: Out of Memory: Not enough space to allocate
+# ..."), a failed call whose reason it is ("llama_init_from_model: failed to allocate: out of memory"), or
+# a message that opens with it. Prose that merely names it ("to avoid out of memory errors, lower ...")
+# has none of these forms. Read as an OOM without numbers (a driver-level one): its class comes from the
+# phase, as for "CUDA error: out of memory".
+_OOM_STATEMENT_RE = lazy(
+    None,
+    r"^\W{0,3}out of memory\b(?!\s+(?:errors?|issues?|problems?)\b)"
+    r"|^(?:\w+ )?[\w.]*(?:error|exception|fatal|failure)\w*\s*:\s*(?:[\w .]{0,40}:\s*)?(?:cuda |gpu |device )?out of memory\b"
+    r"|\b(?:failed|unable|cannot|could not|can't)\b[^.:]{0,80}:\s*out of memory\b",
+    re.I,
 )
 # A stream-ordered allocation an engine made itself: "::cudaMallocAsync(ptr, n, mCudaStream->get()):
 # out of memory" (TensorRT-LLM's CudaAllocatorAsync, tllmBuffers.h), its tail when a paste re-wrapped the
@@ -495,6 +510,15 @@ class TorchParser:
                     values["requested_bytes"] = int(hm.group(1))
                 out.append(Event(KIND_HOST_OOM, (line.ref,), values))
                 return out
+        if "out of memory" in msg.lower():
+            statement = msg.strip()
+            if _OOM_STATEMENT_RE.search(statement) and engine_messages.recognise(" ".join(statement.split())) is None:
+                frames = tuple(self._frames_of(line.ref.rank))
+                stage, phase = classify_frames(frames)
+                stated: dict[str, object] = {"source": "oom_statement", "stage": stage, "frames": frames[-40:]}
+                if phase:
+                    stated["phase"] = phase
+                out.append(Event(KIND_DRIVER_OOM, (line.ref,), stated))
         return out
 
     def finish(self) -> list[Event]:
