@@ -127,3 +127,32 @@ def test_a_dedicated_parser_keeps_its_line() -> None:
     assert em.recognise(line) is not None  # the catalogue knows it
     ev = EngineMessageParser().feed(Line(LineRef("x", 1, None, line), line))
     assert ev and ev[0].get("class") == "startup_kv"
+
+
+@pytest.mark.parametrize(
+    "line, text",
+    [
+        # FreeToken#97, behind its relay's "stdout/INFO" tag: an engine no catalogue holds.
+        ("stdout/INFO  AssertionError: Not enough memory for KV cache, try reducing --num-pages", "AssertionError: Not enough memory for KV cache, try reducing --num-pages"),
+        ("RuntimeError: Insufficient GPU memory for the KV cache", "RuntimeError: Insufficient GPU memory for the KV cache"),
+    ],
+)
+def test_an_exception_saying_the_kv_cache_has_no_memory_is_a_startup_kv_failure_in_any_engine(line: str, text: str, tmp_path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text(line + "\n")
+    (found,) = [e for e in read_events(str(log), InputStats(path=str(log))) if e.kind == em.KIND_ENGINE_MESSAGE]
+    assert (found.get("class"), found.get("phase"), found.get("matched"), found.get("memory_failure")) == ("startup_kv", "kv_pool", "statement", True)
+    assert found.get("template") == text
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "the error: not enough memory for kv cache is common",  # prose: no exception class
+        "AssertionError: Not enough memory left on the host",  # not the KV cache
+    ],
+)
+def test_prose_or_another_shortage_is_not_that_failure(line: str, tmp_path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text(line + "\n")
+    assert [e for e in read_events(str(log), InputStats(path=str(log))) if e.kind == em.KIND_ENGINE_MESSAGE] == []

@@ -501,3 +501,47 @@ def test_the_statement_takes_its_phase_from_the_frames_above_it() -> None:
 )
 def test_prose_and_catalogued_notices_naming_it_are_not_an_oom(line: str) -> None:
     assert [e for e in feed([line]) if e.kind in (KIND_DRIVER_OOM, KIND_OOM)] == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "MemoryError",
+        "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.00 GiB for an array with shape (805306368,) and data type float32",
+        "terminate called after throwing an instance of 'std::bad_alloc'",
+        "  what():  std::bad_alloc",
+        "OSError: [WinError 1455] The paging file is too small for this operation to complete. Error loading \"C:\\torch\\lib\\cudnn_adv_infer64_8.dll\"",
+        "RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not enough memory: you tried to allocate 1073741824 bytes.",
+    ],
+)
+def test_what_any_program_prints_when_the_host_refuses_memory(line: str) -> None:
+    (host,) = [e for e in feed([line]) if e.kind == KIND_HOST_OOM]
+    assert host.get("strength") == "strong" and host.get("source") in ("host_allocation", "cpu_allocator")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "    except MemoryError:",
+        "INFO 01-01 00:00:00 [a.py:1] MemoryError handling enabled",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB",
+        "terminate called after throwing an instance of 'c10::Error'",
+    ],
+)
+def test_naming_the_host_error_or_a_gpu_one_is_not_the_hosts_failure(line: str) -> None:
+    assert [e for e in feed([line]) if e.kind == KIND_HOST_OOM and e.get("strength") == "strong"] == []
+
+
+def test_torchs_dataloader_killed_by_signal_and_composes_exit_code_are_kills() -> None:
+    """"DataLoader worker (pid N) is killed by signal: Killed." (torch/utils/data/_utils/signal_handling.py) and docker
+    compose's "<service> exited with code 137": SIGKILL, weak alone."""
+    for line in ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", "sglang-1 exited with code 137"):
+        (host,) = [e for e in feed([line]) if e.kind == KIND_HOST_OOM]
+        assert (host.get("source"), host.get("strength")) == ("sigkill", "weak")
+
+
+def test_a_stated_oom_of_a_stream_ordered_allocation_names_its_call() -> None:
+    """FlashInfer's handler (sglang#109): "CUDA Error: out of memory (2) .../handler.cuh: line 100 at function
+    cudaMallocAsync(...)": an engine's runtime working buffer, which the differential counts for activations."""
+    (oom,) = [e for e in feed(["CUDA Error: out of memory (2) /sglang/3rdparty/flashinfer/include/flashinfer/handler.cuh: line 100 at function cudaMallocAsync(&float_buffer_, sizeof(float) *"]) if e.kind == KIND_DRIVER_OOM]
+    assert (oom.get("source"), oom.get("call")) == ("oom_statement", "cudaMallocAsync")

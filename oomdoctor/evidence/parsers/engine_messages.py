@@ -91,10 +91,14 @@ def _compiled(template: str) -> re.Pattern[str]:
     return re.compile(template_pattern(template))
 
 
+# The scanner's literals for _KV_SHORTAGE_RE beyond "Not enough memory" (oom_words.ENGINE_WORDS).
+_KV_SHORTAGE_ANCHORS: tuple[bytes, ...] = (b"nsufficient GPU memory", b"nsufficient memory", b"o available memory", b"o free memory")
+
+
 @functools.cache
 def anchors() -> tuple[bytes, ...]:
-    """The scanner's literals for the catalogue's messages (one per distinct literal)."""
-    return tuple(dict.fromkeys(e.anchor.encode() for e in table().entries))
+    """The scanner's literals for the catalogue's messages (one per distinct literal), and the KV-shortage wording's."""
+    return tuple(dict.fromkeys([*(e.anchor.encode() for e in table().entries), *_KV_SHORTAGE_ANCHORS]))
 
 
 @functools.cache
@@ -152,13 +156,34 @@ def recognise(msg: str) -> tuple[Entry, dict[str, Any], str] | None:
     return (literal, {}, "literal") if literal is not None else None
 
 
+# The one failure every engine words alike, for an engine no catalogue holds (FreeToken's "AssertionError: Not
+# enough memory for KV cache, try reducing --num-pages"): an exception line saying there is not enough memory for
+# the KV cache (or its blocks). Hand-written, as the pasted layouts are: it is a wording, not one engine's text.
+_KV_SHORTAGE_RE = LazyRegex(
+    None,
+    # An exception class as Python and C++ print it (a capital, or ERROR/FATAL), so prose ("the error: ...") is not one.
+    r"(?:^|\s)(?P<exc>(?:[A-Za-z_][\w.]*)?(?:Error|Exception|Fatal|Failure|ERROR|FATAL))\s*:\s*(?:[^:]{0,40}:\s*)?"
+    r"(?:[Nn]ot enough|[Ii]nsufficient|[Nn]o (?:available|free|enough)) (?:GPU |gpu |device )?memory\b[^.]{0,30}?\bfor (?:the )?"
+    r"(?:KV[ -]?[Cc]ache|kv[ -]?cache|cache blocks|KV blocks)",
+)
+_KV_SHORTAGE = Entry("an engine outside the catalogue", "", "", "kv_pool", "startup_kv", True, "its exception line", "")
+
+
+def _kv_shortage(msg: str) -> tuple[Entry, dict[str, Any], str] | None:
+    m = _KV_SHORTAGE_RE.search(msg) if "memory" in msg else None
+    if m is None:
+        return None
+    text = msg[m.start("exc") :].strip()
+    return _KV_SHORTAGE._replace(template=text.replace("{", "{{").replace("}", "}}")[:300]), {}, "statement"
+
+
 class EngineMessageParser:
     """Engine failure messages of the catalogue, one event per line that is one."""
 
     def feed(self, line: Line) -> list[Event]:
         if not line.anchored:
             return []
-        found = recognise(" ".join(line.msg.split()))
+        found = recognise(" ".join(line.msg.split())) or _kv_shortage(line.msg)
         if found is None:
             return []
         entry, values, matched = found

@@ -66,6 +66,15 @@ ANCHORS: tuple[bytes, ...] = (
     b"in function ggml_cuda_pool",
     b"killed as a result of limit of",
     b"signal: killed",
+    # The host's own allocation failures (host_allocation) and the kill reports that name no "exit code".
+    b"DefaultCPUAllocator",
+    b"MemoryError",
+    b"bad_alloc",
+    b"paging file is too small",
+    b"os error 1455",
+    b"code 137",
+    b"status 137",
+    b"signal: Killed",
 )
 
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
@@ -203,7 +212,23 @@ _GGML_USAGE = {"ggml_gallocr_reserve_n": "compute", "ggml_gallocr_reserve_n_impl
 # temporary buffers an op takes while it computes (dequantized weights, cuBLAS inputs): a compute buffer.
 _GGML_POOL_RE = lazy("in function ggml_cuda_pool", r"current device: \d+, in function (?P<func>ggml_cuda_pool_malloc\w*)")
 _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
-    ("cpu_allocator", "strong", lazy("DefaultCPUAllocator", r"DefaultCPUAllocator: can't allocate memory(?:: you tried to allocate (\d+) bytes)?")),
+    # c10's alloc_cpu.cpp: "DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes", since
+    # torch 1.13 "DefaultCPUAllocator: not enough memory: you tried to allocate N bytes."
+    ("cpu_allocator", "strong", lazy("DefaultCPUAllocator", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)(?:: you tried to allocate (\d+) bytes)?")),
+    # What every program prints when the host cannot give it memory: Python's MemoryError (the bare exception
+    # line; NumPy's "_ArrayMemoryError: Unable to allocate 3.00 GiB for an array"), C++'s std::bad_alloc
+    # escaping (libstdc++'s "terminate called after throwing an instance of 'std::bad_alloc'" and its
+    # "what():  std::bad_alloc"), and Windows' commit limit ("[WinError 1455] The paging file is too small
+    # for this operation to complete", os error 1455 from Rust).
+    (
+        "host_allocation",
+        "strong",
+        lazy(
+            ("MemoryError", "bad_alloc", "paging file is too small", "os error 1455"),
+            r"^(?:builtins\.)?MemoryError\b(?:\s*:.*)?$|_ArrayMemoryError: Unable to allocate|instance of 'std::bad_alloc'|what\(\):\s+std::bad_alloc"
+            r"|paging file is too small for this operation|os error 1455",
+        ),
+    ),
     # The kernel's record, global or a memory cgroup's ("Memory cgroup out of memory: Killed process"),
     # with the killed process's resident memory when the line keeps it.
     ("kernel_oom_killer", "strong", lazy("Killed process", r"[Oo]ut of memory: Killed process (\d+) \(([^)]*)\)(?:.*?anon-rss:\s*(\d+)kB)?")),
@@ -249,7 +274,7 @@ _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     # terminated: signal: killed").
     # zsh reports a job or command ended by SIGKILL in lower case (Src/signames: "killed"): "[1]  + 14875 killed
     # python main.py" for a job, "zsh: killed     python main.py" in the foreground.
-    ("sigkill", "weak", lazy(("Killed", " killed ", "signal: killed", "137", "-9", "signal 9", "SIGKILL"), r"(?:^|[\s\]|])Killed\s*$|\bsignal: killed\b|\b\d+ Killed\s|(?:\[\d+\]\s+[+-]?\s*\d+|\bzsh:)\s+killed\s+\S|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|exit code:?\s*-9\b|signal 9\b|SIGKILL")),
+    ("sigkill", "weak", lazy(("Killed", " killed ", "signal: killed", "137", "-9", "signal 9", "SIGKILL"), r"(?:^|[\s\]|])Killed\s*$|\bsignal: [Kk]illed\b|\b\d+ Killed\s|(?:\[\d+\]\s+[+-]?\s*\d+|\bzsh:)\s+killed\s+\S|exit(?:ed)?\s*(?:with\s*)?(?:code|status)\s*[:=]?\s*137\b|exitcode\s*:\s*-9\b|exit code:?\s*-9\b|signal 9\b|SIGKILL")),
 )
 # The tables as rows the dispatch hands out: only the rows whose needle is in a line are tried.
 _DRIVER_DISPATCH: Dispatch[str] = Dispatch(tuple((pattern, source) for source, pattern in _DRIVER_PATTERNS))
@@ -511,15 +536,22 @@ class TorchParser:
                 out.append(Event(KIND_HOST_OOM, (line.ref,), values))
                 return out
         if "out of memory" in msg.lower():
-            statement = msg.strip()
-            if _OOM_STATEMENT_RE.search(statement) and engine_messages.recognise(" ".join(statement.split())) is None:
-                frames = tuple(self._frames_of(line.ref.rank))
-                stage, phase = classify_frames(frames)
-                stated: dict[str, object] = {"source": "oom_statement", "stage": stage, "frames": frames[-40:]}
-                if phase:
-                    stated["phase"] = phase
-                out.append(Event(KIND_DRIVER_OOM, (line.ref,), stated))
+            out.extend(self._stated_oom(line))
         return out
+
+    def _stated_oom(self, line: Line) -> list[Event]:
+        """The last resort (_OOM_STATEMENT_RE): an OOM stated by a runtime no table knows, with no numbers."""
+        statement = line.msg.strip()
+        if not _OOM_STATEMENT_RE.search(statement) or engine_messages.recognise(" ".join(statement.split())) is not None:
+            return []
+        frames = tuple(self._frames_of(line.ref.rank))
+        stage, phase = classify_frames(frames)
+        stated: dict[str, object] = {"source": "oom_statement", "stage": stage, "frames": frames[-40:]}
+        if _ASYNC_CALL_RE.search(statement):
+            stated["call"] = "cudaMallocAsync"
+        if phase:
+            stated["phase"] = phase
+        return [Event(KIND_DRIVER_OOM, (line.ref,), stated)]
 
     def finish(self) -> list[Event]:
         return self._emit_pending()

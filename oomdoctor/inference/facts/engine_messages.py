@@ -26,6 +26,7 @@ def engine_message_facts(f: Facts, events: list[Event]) -> None:
     ref = found.ref
     # The template as a reader reads it: "Cannot get <num_blocks> free blocks from the pool".
     f.set("engine_message", _PLACEHOLDER.sub(r"<\1>", found.get("template")), ref)
-    f.set("engine_message_site", f"{found.get('site')} ({found.get('engine')} {found.get('releases')})", ref)
+    engine = " ".join(filter(None, (found.get("engine"), found.get("releases"))))
+    f.set("engine_message_site", f"{found.get('site')} ({engine})", ref)
     f.set("engine_message_phase", found.get("phase"), ref)
     f.set("engine_message_class", found.get("class"), ref)
