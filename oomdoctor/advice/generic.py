@@ -23,6 +23,18 @@ def scale_out_weights(f: Facts) -> list[Recommendation]:
         share = weights / pre
         steps = (Step("weights' share of pre-load free memory", f"{format_bytes(weights)} / {format_bytes(pre)}", round(share, 4), "ratio"),)
         why = f"The weights take {share:.0%} of the memory free before loading ({format_bytes(weights)} of {format_bytes(pre)}); doubling TP halves the per-GPU share."
+    if f.get("driver_oom_source") == "ggml_cuda_malloc":
+        # llama.cpp (and ollama) places as many layers on the GPU as it is told and keeps the rest on the host.
+        return [
+            Recommendation(
+                "--n-gpu-layers",
+                None,
+                "lower",
+                "llama.cpp was told to place more of the model's layers on this GPU than fit: offload fewer (-ngl; "
+                "ollama's num_gpu), keeping the rest on the host, or use a smaller quantization of the model.",
+                derivation=steps,
+            )
+        ]
     if f.get("system") == "torch":
         return [
             Recommendation(
@@ -86,6 +98,17 @@ def expandable_segments(f: Facts) -> list[Recommendation]:
 
 def script_memory(f: Facts) -> list[Recommendation]:
     """An activation/batch OOM in a training or inference script."""
+    if f.get("driver_oom_source") == "ggml_cuda_malloc":
+        # llama.cpp sizes its compute buffers for the worst-case graph of one micro-batch over the context.
+        return [
+            Recommendation(
+                "--ubatch-size",
+                None,
+                "lower",
+                "llama.cpp's compute buffer holds the activations of one micro-batch over the whole context: a smaller "
+                "micro-batch (-ub) or context (-c; ollama's num_ctx) shrinks it. PyTorch's allocator settings do not apply.",
+            )
+        ]
     requested, free, allocated = f.get("requested_bytes"), f.get("free_bytes"), f.get("allocated_bytes")
     recs: list[Recommendation] = []
     if requested is not None and free is not None and allocated:
