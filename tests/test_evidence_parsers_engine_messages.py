@@ -135,6 +135,11 @@ def test_a_dedicated_parser_keeps_its_line() -> None:
         # FreeToken#97, behind its relay's "stdout/INFO" tag: an engine no catalogue holds.
         ("stdout/INFO  AssertionError: Not enough memory for KV cache, try reducing --num-pages", "AssertionError: Not enough memory for KV cache, try reducing --num-pages"),
         ("RuntimeError: Insufficient GPU memory for the KV cache", "RuntimeError: Insufficient GPU memory for the KV cache"),
+        # llama.cpp's KV allocation at context creation, as ollama relays it.
+        (
+            "llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache",
+            "llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache",
+        ),
     ],
 )
 def test_an_exception_saying_the_kv_cache_has_no_memory_is_a_startup_kv_failure_in_any_engine(line: str, text: str, tmp_path) -> None:
@@ -150,6 +155,7 @@ def test_an_exception_saying_the_kv_cache_has_no_memory_is_a_startup_kv_failure_
     [
         "the error: not enough memory for kv cache is common",  # prose: no exception class
         "AssertionError: Not enough memory left on the host",  # not the KV cache
+        "llama_kv_cache_unified:      CUDA0 KV buffer size =  7168.00 MiB",  # the KV cache allocated
     ],
 )
 def test_prose_or_another_shortage_is_not_that_failure(line: str, tmp_path) -> None:

@@ -537,3 +537,36 @@ def test_a_stated_oom_of_a_stream_ordered_allocation_names_its_call() -> None:
     cudaMallocAsync(...)": an engine's runtime working buffer, which the differential counts for activations."""
     (oom,) = [e for e in feed(["CUDA Error: out of memory (2) /sglang/3rdparty/flashinfer/include/flashinfer/handler.cuh: line 100 at function cudaMallocAsync(&float_buffer_, sizeof(float) *"]) if e.kind == KIND_DRIVER_OOM]
     assert (oom.get("source"), oom.get("call")) == ("oom_statement", "cudaMallocAsync")
+
+
+@pytest.mark.parametrize(
+    "line, source, stage",
+    [
+        (
+            "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[32,4096,4096] and type float "
+            "on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+            "tensorflow_bfc",
+            "unknown",
+        ),
+        ("onnxruntime::BFCArena::AllocateRawInternal(ORTBFCArena) Failed to allocate memory for requested buffer of size 1073741824", "onnxruntime_arena", "unknown"),
+        ("ggml_metal_graph_compute: command buffer 0 failed with status 5 error: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)", "metal", "unknown"),
+        # llama.cpp's loader names the device buffer it could not get: only while placing the model's tensors.
+        ("Error: llama runner process has terminated: error loading model: unable to allocate CUDA0 buffer", "ggml_model_buffer", "weight_loading"),
+        ("llama_model_load: error loading model: unable to allocate backend buffer", "ggml_model_buffer", "weight_loading"),
+    ],
+)
+def test_other_runtimes_device_ooms(line: str, source: str, stage: str) -> None:
+    (oom,) = [e for e in feed([line]) if e.kind == KIND_DRIVER_OOM]
+    assert (oom.get("source"), oom.get("stage")) == (source, stage)
+
+
+def test_llama_cpps_cpu_buffer_and_ollamas_system_memory_check_are_the_hosts() -> None:
+    for line, source in (
+        ("llama_model_load: error loading model: unable to allocate CPU buffer", "ggml_host_buffer"),
+        ("Error: model requires more system memory (12.3 GiB) than is available (7.8 GiB)", "ollama_system_memory"),
+    ):
+        (host,) = [e for e in feed([line]) if e.kind == KIND_HOST_OOM]
+        assert (host.get("source"), host.get("strength")) == (source, "strong")
+    # Near misses: a retried resource, and a device buffer named in a size report.
+    assert [e for e in feed(["warning: unable to allocate the requested resource, retrying"]) if e.kind in (KIND_DRIVER_OOM, KIND_HOST_OOM)] == []
+    assert [e for e in feed(["load_tensors:        CUDA0 model buffer size =  4403.49 MiB"]) if e.kind in (KIND_DRIVER_OOM, KIND_HOST_OOM)] == []

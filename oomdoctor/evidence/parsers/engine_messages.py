@@ -92,7 +92,7 @@ def _compiled(template: str) -> re.Pattern[str]:
 
 
 # The scanner's literals for _KV_SHORTAGE_RE beyond "Not enough memory" (oom_words.ENGINE_WORDS).
-_KV_SHORTAGE_ANCHORS: tuple[bytes, ...] = (b"nsufficient GPU memory", b"nsufficient memory", b"o available memory", b"o free memory")
+_KV_SHORTAGE_ANCHORS: tuple[bytes, ...] = (b"nsufficient GPU memory", b"nsufficient memory", b"o available memory", b"o free memory", b"buffer for kv cache")
 
 
 @functools.cache
@@ -164,16 +164,19 @@ _KV_SHORTAGE_RE = LazyRegex(
     # An exception class as Python and C++ print it (a capital, or ERROR/FATAL), so prose ("the error: ...") is not one.
     r"(?:^|\s)(?P<exc>(?:[A-Za-z_][\w.]*)?(?:Error|Exception|Fatal|Failure|ERROR|FATAL))\s*:\s*(?:[^:]{0,40}:\s*)?"
     r"(?:[Nn]ot enough|[Ii]nsufficient|[Nn]o (?:available|free|enough)) (?:GPU |gpu |device )?memory\b[^.]{0,30}?\bfor (?:the )?"
-    r"(?:KV[ -]?[Cc]ache|kv[ -]?cache|cache blocks|KV blocks)",
+    r"(?:KV[ -]?[Cc]ache|kv[ -]?cache|cache blocks|KV blocks)"
+    # The KV cache's own allocation failing, as llama.cpp says it ("llama_kv_cache_init: failed to allocate buffer
+    # for kv cache"; ollama relays it inside "failed to initialize the context: ...").
+    r"|\bfailed to allocate (?:the )?(?:buffer for (?:the )?)?(?:KV|kv)[ -]?cache\b",
 )
-_KV_SHORTAGE = Entry("an engine outside the catalogue", "", "", "kv_pool", "startup_kv", True, "its exception line", "")
+_KV_SHORTAGE = Entry("an engine outside the catalogue", "", "", "kv_pool", "startup_kv", True, "its own line", "")
 
 
 def _kv_shortage(msg: str) -> tuple[Entry, dict[str, Any], str] | None:
-    m = _KV_SHORTAGE_RE.search(msg) if "memory" in msg else None
+    m = _KV_SHORTAGE_RE.search(msg) if ("memory" in msg or "cache" in msg) else None
     if m is None:
         return None
-    text = msg[m.start("exc") :].strip()
+    text = msg[m.start("exc") if m.group("exc") else 0 :].strip()
     return _KV_SHORTAGE._replace(template=text.replace("{", "{{").replace("}", "}}")[:300]), {}, "statement"
 
 

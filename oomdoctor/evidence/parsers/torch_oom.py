@@ -75,6 +75,11 @@ ANCHORS: tuple[bytes, ...] = (
     b"code 137",
     b"status 137",
     b"signal: Killed",
+    # Other runtimes' device OOMs (_DRIVER_PATTERNS) and ollama's host check.
+    b"OOM when allocating",
+    b"BFCArena",
+    b"unable to allocate",
+    b"more system memory",
 )
 
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
@@ -175,7 +180,24 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     # XLA (JAX, sglang-jax, vLLM on TPU): "RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...",
     # "RESOURCE_EXHAUSTED: ... Ran out of memory in memory space hbm".
     ("xla_resource_exhausted", lazy("RESOURCE_EXHAUSTED", r"RESOURCE_EXHAUSTED:.{0,120}?(?:Out of memory|[Rr]an out of memory)")),
+    # TensorFlow's BFC allocator: "ResourceExhaustedError: OOM when allocating tensor with shape[32,4096,4096] and
+    # type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc".
+    ("tensorflow_bfc", lazy("OOM when allocating", r"OOM when allocating tensor")),
+    # ONNX Runtime's arena: "onnxruntime::BFCArena::AllocateRawInternal(...) Failed to allocate memory for requested
+    # buffer of size N" (a CUDA execution provider's device arena).
+    ("onnxruntime_arena", lazy("BFCArena", r"BFCArena::AllocateRaw\w*.*Failed to allocate memory for requested buffer")),
+    # Apple's GPUs (llama.cpp's Metal backend, MLX): "Command buffer execution failed: Insufficient Memory
+    # (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)".
+    ("metal", lazy("kIOGPUCommandBufferCallbackErrorOutOfMemory", r"kIOGPUCommandBufferCallbackErrorOutOfMemory")),
+    # llama.cpp's loader when a device buffer for the model's tensors could not be allocated (llama-model.cpp:
+    # "unable to allocate %s buffer" with the buffer type's name: CUDA0, ROCm0, Vulkan0, Metal; 2024's "unable to
+    # allocate backend buffer"), as ollama relays it ("llama runner process has terminated: error loading model:
+    # unable to allocate CUDA0 buffer"). The CPU buffer type is the host's (ggml_host_buffer below).
+    ("ggml_model_buffer", lazy("unable to allocate", r"unable to allocate (?!CPU\b)(?:backend|[A-Z][\w]*\d*|Metal) buffer\b")),
 )
+# Sources whose message itself names the stage: llama.cpp's loader allocates that buffer only while placing the
+# model's tensors.
+_SOURCE_STAGE = {"ggml_model_buffer": "weight_loading"}
 # The last resort for a runtime no table above (nor the engines' catalogue) knows: a line that states an
 # out-of-memory failure in the form errors take, in any case. An exception or fatal tag whose message
 # begins with it ("RuntimeError: out of memory", "TT_FATAL: Out of Memory: Not enough space to allocate
@@ -258,6 +280,9 @@ _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     ),
     # ENOMEM from the host: mmap of a checkpoint, fork of a loader worker.
     ("enomem", "strong", lazy("Cannot allocate memory", r"\[Errno 12\] Cannot allocate memory|Cannot allocate memory \(12\)|unable to mmap \d+ bytes.*Cannot allocate memory")),
+    # ollama's own check before it loads a model on the host: "model requires more system memory (12.3 GiB) than is
+    # available (7.8 GiB)" (llm/server.go).
+    ("ollama_system_memory", "strong", lazy("more system memory", r"model requires more system memory \([^)]*\) than is available")),
     # Ray's memory monitor kills workers before the kernel does.
     # Its report may reach a paste without its first sentence: the node's memory line and the link to
     # Ray's OOM-prevention page are its own too.
@@ -504,6 +529,8 @@ class TorchParser:
             if pattern.search(msg):
                 frames = tuple(self._frames_of(line.ref.rank))
                 stage, phase = classify_frames(frames)
+                if stage == "unknown" and source in _SOURCE_STAGE:
+                    stage = phase = _SOURCE_STAGE[source]
                 driver: dict[str, object] = {"source": source, "stage": stage, "frames": frames[-40:]}
                 if _ASYNC_CALL_RE.search(msg):
                     driver["call"] = "cudaMallocAsync"
