@@ -160,7 +160,8 @@ def recognise(msg: str) -> tuple[Entry, dict[str, Any], str] | None:
 # enough memory for KV cache, try reducing --num-pages"): an exception line saying there is not enough memory for
 # the KV cache (or its blocks). Hand-written, as the pasted layouts are: it is a wording, not one engine's text.
 _KV_SHORTAGE_RE = LazyRegex(
-    None,
+    # One of these is in every match: the pattern is compiled only for a line that could be one.
+    ("ot enough", "nsufficient", "o available", "o free", "o enough", "buffer for kv", "buffer for KV", "allocate kv", "allocate KV", "allocate the"),
     # An exception class as Python and C++ print it (a capital, or ERROR/FATAL), so prose ("the error: ...") is not one.
     r"(?:^|\s)(?P<exc>(?:[A-Za-z_][\w.]*)?(?:Error|Exception|Fatal|Failure|ERROR|FATAL))\s*:\s*(?:[^:]{0,40}:\s*)?"
     r"(?:[Nn]ot enough|[Ii]nsufficient|[Nn]o (?:available|free|enough)) (?:GPU |gpu |device )?memory\b[^.]{0,30}?\bfor (?:the )?"
@@ -173,7 +174,7 @@ _KV_SHORTAGE = Entry("an engine outside the catalogue", "", "", "kv_pool", "star
 
 
 def _kv_shortage(msg: str) -> tuple[Entry, dict[str, Any], str] | None:
-    m = _KV_SHORTAGE_RE.search(msg) if ("memory" in msg or "cache" in msg) else None
+    m = _KV_SHORTAGE_RE.search(msg)
     if m is None:
         return None
     text = msg[m.start("exc") if m.group("exc") else 0 :].strip()
