@@ -135,6 +135,8 @@ def test_a_dedicated_parser_keeps_its_line() -> None:
         # FreeToken#97, behind its relay's "stdout/INFO" tag: an engine no catalogue holds.
         ("stdout/INFO  AssertionError: Not enough memory for KV cache, try reducing --num-pages", "AssertionError: Not enough memory for KV cache, try reducing --num-pages"),
         ("RuntimeError: Insufficient GPU memory for the KV cache", "RuntimeError: Insufficient GPU memory for the KV cache"),
+        ("ValueError: not enough memory for the KV cache", "ValueError: not enough memory for the KV cache"),
+        ("RuntimeError: failed to allocate KV cache", "RuntimeError: failed to allocate KV cache"),
         # llama.cpp's KV allocation at context creation, as ollama relays it.
         (
             "llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache",

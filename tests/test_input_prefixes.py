@@ -170,3 +170,17 @@ def test_a_bracketed_level_tag_before_the_programs_line_is_a_collector_prefix() 
 def test_a_shippers_stamp_before_the_engines_own_prefix(raw: str, msg: str, rank: str | None, system: str | None) -> None:
     s = split_prefix(raw)
     assert (s.msg, s.rank, s.system) == (msg, rank, system)
+
+
+@pytest.mark.parametrize(
+    "raw, rank",
+    [
+        ("2025-07-10 08:59:40 (VllmWorker rank=0 pid=3215) ERROR 07-09 17:59:40 [gpu_worker.py:1] x", "rank0"),
+        ("2025-07-10 08:59:40 [rank3]: x", "rank3"),
+        ("2025-07-10 08:59:40 (pid=12, ip=10.0.0.1) x", "pid12"),
+    ],
+)
+def test_a_shippers_stamp_before_any_program_tag(raw: str, rank: str) -> None:
+    """The program tags whose first attribute is not pid=, torch's rank tag and Ray's (review of 2026-12-03)."""
+    s = split_prefix(raw)
+    assert (s.msg, s.rank, s.ts) == ("x", rank, "2025-07-10 08:59:40")

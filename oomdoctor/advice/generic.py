@@ -13,6 +13,16 @@ if TYPE_CHECKING:
     from oomdoctor.inference.facts import Facts
 
 
+# The device OOMs only ggml (llama.cpp, ollama) reports: its CUDA backend's cudaMalloc, its loader's buffer, and an
+# OOM stated on a line llama.cpp's own function tag begins.
+_GGML_SOURCES = frozenset({"ggml_cuda_malloc", "ggml_model_buffer", "ggml_statement"})
+
+
+def is_llama_cpp(f: Facts) -> bool:
+    """Whether the failure is llama.cpp's (its flags, not PyTorch's, are the levers)."""
+    return f.get("driver_oom_source") in _GGML_SOURCES or f.get("ggml_buffer_usage") is not None
+
+
 def scale_out_weights(f: Facts) -> list[Recommendation]:
     """weights_dont_fit: more tensor parallelism, or quantized weights."""
     tp = f.get("tp_size") or 1
@@ -23,7 +33,7 @@ def scale_out_weights(f: Facts) -> list[Recommendation]:
         share = weights / pre
         steps = (Step("weights' share of pre-load free memory", f"{format_bytes(weights)} / {format_bytes(pre)}", round(share, 4), "ratio"),)
         why = f"The weights take {share:.0%} of the memory free before loading ({format_bytes(weights)} of {format_bytes(pre)}); doubling TP halves the per-GPU share."
-    if f.get("driver_oom_source") == "ggml_cuda_malloc":
+    if is_llama_cpp(f):
         # llama.cpp (and ollama) places as many layers on the GPU as it is told and keeps the rest on the host.
         return [
             Recommendation(
@@ -98,7 +108,7 @@ def expandable_segments(f: Facts) -> list[Recommendation]:
 
 def script_memory(f: Facts) -> list[Recommendation]:
     """An activation/batch OOM in a training or inference script."""
-    if f.get("driver_oom_source") == "ggml_cuda_malloc":
+    if is_llama_cpp(f):
         # llama.cpp sizes its compute buffers for the worst-case graph of one micro-batch over the context.
         return [
             Recommendation(

@@ -129,9 +129,10 @@ _PREFIXES: tuple[tuple[str, LazyRegex], ...] = (
         LazyRegex(None,
             r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[,.]\d+)?) "
             # A bare level is Python logging's, unless vLLM's own "LEVEL MM-DD HH:MM:SS [file:N]" follows: then
-            # this is a log shipper's stamp and the level is vLLM's. So is a stamp before SGLang's "[HH:MM:SS TP0]"
-            # or vLLM's "(EngineCore_DP0 pid=N)": the next pass strips the program's own prefix.
-            r"(?:\[(?P<level>[A-Za-z]+)\] |(?=(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2})|(?=\[\d{2}|\([A-Z][\w]* pid=)|(?P<l2>[A-Z]+) )"
+            # this is a log shipper's stamp and the level is vLLM's. So is a stamp before SGLang's "[HH:MM:SS TP0]",
+            # torch's "[rank0]:", vLLM's process tag ("(EngineCore_DP0 pid=N)", "(VllmWorker rank=0 pid=N)") or Ray's
+            # "(pid=N, ip=...)": the next pass strips the program's own prefix.
+            r"(?:\[(?P<level>[A-Za-z]+)\] |(?=(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2})|(?=\[\d{2}|\[rank\d+\]:|\((?:[A-Za-z]\w*(?: \w+=[^\s,)]+,?)+|pid=\d+[^)]*)\) )|(?P<l2>[A-Z]+) )"
         ),
     ),
     # Process-supervisor tags some launchers add before the engine's own prefix: "(Process) ".

@@ -91,14 +91,17 @@ def _compiled(template: str) -> re.Pattern[str]:
     return re.compile(template_pattern(template))
 
 
-# The scanner's literals for _KV_SHORTAGE_RE beyond "Not enough memory" (oom_words.ENGINE_WORDS).
-_KV_SHORTAGE_ANCHORS: tuple[bytes, ...] = (b"nsufficient GPU memory", b"nsufficient memory", b"o available memory", b"o free memory", b"buffer for kv cache")
+# Every match of _KV_SHORTAGE_RE (below) holds one of these: its needles, and the scanner's literals for it (with
+# oom_words.ENGINE_WORDS's "Not enough memory"), one list so the two cannot disagree.
+_KV_SHORTAGE_WORDS: tuple[str, ...] = (
+    "ot enough", "nsufficient", "o available", "o free", "o enough", "allocate buffer for", "allocate KV", "allocate kv", "allocate the KV", "allocate the kv",
+)
 
 
 @functools.cache
 def anchors() -> tuple[bytes, ...]:
     """The scanner's literals for the catalogue's messages (one per distinct literal), and the KV-shortage wording's."""
-    return tuple(dict.fromkeys([*(e.anchor.encode() for e in table().entries), *_KV_SHORTAGE_ANCHORS]))
+    return tuple(dict.fromkeys([*(e.anchor.encode() for e in table().entries), *(w.encode() for w in _KV_SHORTAGE_WORDS)]))
 
 
 @functools.cache
@@ -160,14 +163,13 @@ def recognise(msg: str) -> tuple[Entry, dict[str, Any], str] | None:
 # enough memory for KV cache, try reducing --num-pages"): an exception line saying there is not enough memory for
 # the KV cache (or its blocks). Hand-written, as the pasted layouts are: it is a wording, not one engine's text.
 _KV_SHORTAGE_RE = LazyRegex(
-    # One of these is in every match: the pattern is compiled only for a line that could be one.
-    ("ot enough", "nsufficient", "o available", "o free", "o enough", "buffer for kv", "buffer for KV", "allocate kv", "allocate KV", "allocate the"),
+    _KV_SHORTAGE_WORDS,
     # An exception class as Python and C++ print it (a capital, or ERROR/FATAL), so prose ("the error: ...") is not one.
     r"(?:^|\s)(?P<exc>(?:[A-Za-z_][\w.]*)?(?:Error|Exception|Fatal|Failure|ERROR|FATAL))\s*:\s*(?:[^:]{0,40}:\s*)?"
     r"(?:[Nn]ot enough|[Ii]nsufficient|[Nn]o (?:available|free|enough)) (?:GPU |gpu |device )?memory\b[^.]{0,30}?\bfor (?:the )?"
     r"(?:KV[ -]?[Cc]ache|kv[ -]?cache|cache blocks|KV blocks)"
-    # The KV cache's own allocation failing, as llama.cpp says it ("llama_kv_cache_init: failed to allocate buffer
-    # for kv cache"; ollama relays it inside "failed to initialize the context: ...").
+    # The KV cache's own allocation failing: llama.cpp's "llama_kv_cache_init: failed to allocate buffer for kv cache"
+    # (ollama relays it inside "failed to initialize the context: ..."), another engine's "failed to allocate KV cache".
     r"|\bfailed to allocate (?:the )?(?:buffer for (?:the )?)?(?:KV|kv)[ -]?cache\b",
 )
 _KV_SHORTAGE = Entry("an engine outside the catalogue", "", "", "kv_pool", "startup_kv", True, "its own line", "")

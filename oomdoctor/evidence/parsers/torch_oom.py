@@ -77,7 +77,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"signal: Killed",
     # Other runtimes' device OOMs (_DRIVER_PATTERNS) and ollama's host check.
     b"OOM when allocating",
-    b"BFCArena",
+    b"memory allocation of",
     b"unable to allocate",
     b"more system memory",
 )
@@ -182,18 +182,17 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     ("xla_resource_exhausted", lazy("RESOURCE_EXHAUSTED", r"RESOURCE_EXHAUSTED:.{0,120}?(?:Out of memory|[Rr]an out of memory)")),
     # TensorFlow's BFC allocator: "ResourceExhaustedError: OOM when allocating tensor with shape[32,4096,4096] and
     # type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc".
-    ("tensorflow_bfc", lazy("OOM when allocating", r"OOM when allocating tensor")),
-    # ONNX Runtime's arena: "onnxruntime::BFCArena::AllocateRawInternal(...) Failed to allocate memory for requested
-    # buffer of size N" (a CUDA execution provider's device arena).
-    ("onnxruntime_arena", lazy("BFCArena", r"BFCArena::AllocateRaw\w*.*Failed to allocate memory for requested buffer")),
+    # On the CPU ("device:CPU:0 by allocator cpu") it is the host's (tensorflow_cpu below).
+    ("tensorflow_bfc", lazy("OOM when allocating", r"OOM when allocating tensor(?!.*(?:device:CPU|by allocator cpu))")),
     # Apple's GPUs (llama.cpp's Metal backend, MLX): "Command buffer execution failed: Insufficient Memory
     # (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)".
     ("metal", lazy("kIOGPUCommandBufferCallbackErrorOutOfMemory", r"kIOGPUCommandBufferCallbackErrorOutOfMemory")),
     # llama.cpp's loader when a device buffer for the model's tensors could not be allocated (llama-model.cpp:
     # "unable to allocate %s buffer" with the buffer type's name: CUDA0, ROCm0, Vulkan0, Metal; 2024's "unable to
     # allocate backend buffer"), as ollama relays it ("llama runner process has terminated: error loading model:
-    # unable to allocate CUDA0 buffer"). The CPU buffer type is the host's (ggml_host_buffer below).
-    ("ggml_model_buffer", lazy("unable to allocate", r"unable to allocate (?!CPU\b)(?:backend|[A-Z][\w]*\d*|Metal) buffer\b")),
+    # unable to allocate CUDA0 buffer"). The CPU buffer types and the host-pinned ones (CUDA_Host, ROCm_Host: tried
+    # only after plain host memory failed too) are the host's (ggml_host_buffer below).
+    ("ggml_model_buffer", lazy("unable to allocate", r"unable to allocate (?!CPU|\w+_Host\b)(?:backend|[A-Z]\w*) buffer\b")),
 )
 # Sources whose message itself names the stage: llama.cpp's loader allocates that buffer only while placing the
 # model's tensors.
@@ -206,12 +205,16 @@ _SOURCE_STAGE = {"ggml_model_buffer": "weight_loading"}
 # has none of these forms. Read as an OOM without numbers (a driver-level one): its class comes from the
 # phase, as for "CUDA error: out of memory".
 _OOM_STATEMENT_RE = lazy(
-    None,
+    ("out of memory", "Out of memory", "Out of Memory", "Out Of Memory", "OUT OF MEMORY"),
     r"^\W{0,3}out of memory\b(?!\s+(?:errors?|issues?|problems?)\b)"
     r"|^(?:\w+ )?[\w.]*(?:error|exception|fatal|failure)\w*\s*:\s*(?:[\w .]{0,40}:\s*)?(?:cuda |gpu |device )?out of memory\b"
     r"|\b(?:failed|unable|cannot|could not|can't)\b[^.:]{0,80}:\s*out of memory\b",
     re.I,
 )
+_LLAMA_CPP_TAG_RE = lazy(("llama_", "ggml_", "clip_", "mtmd_"), r"(?:llama|ggml|clip|mtmd)_\w*: ")
+# SGLang's token-pool allocator before its catalogue form ("Out of memory. Try to lower your batch size.", the
+# SGLang parser's kv_alloc): a KV slot shortage in its own words, not a device OOM.
+_ENGINE_KV_ALLOCATOR_WORDS = ("Try to lower your batch size", "This should never happen", "This should nerver happen")
 # A stream-ordered allocation an engine made itself: "::cudaMallocAsync(ptr, n, mCudaStream->get()):
 # out of memory" (TensorRT-LLM's CudaAllocatorAsync, tllmBuffers.h), its tail when a paste re-wrapped the
 # call ("ream->get()): out of memory (.../tllmBuffers.h:112)": the stream argument), FlashInfer's handler
@@ -237,8 +240,9 @@ _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     # c10's alloc_cpu.cpp: "DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes", since
     # torch 1.13 "DefaultCPUAllocator: not enough memory: you tried to allocate N bytes."
     ("cpu_allocator", "strong", lazy("DefaultCPUAllocator", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)(?:: you tried to allocate (\d+) bytes)?")),
-    # What every program prints when the host cannot give it memory: Python's MemoryError (the bare exception
-    # line; NumPy's "_ArrayMemoryError: Unable to allocate 3.00 GiB for an array"), C++'s std::bad_alloc
+    # What every program prints when the host cannot give it memory: Python's MemoryError (the exception line, bare
+    # or under a module: NumPy's "_ArrayMemoryError: Unable to allocate 3.00 GiB for an array"), Rust's own abort
+    # ("memory allocation of 17179869184 bytes failed": TGI's router, candle, mistral.rs), C++'s std::bad_alloc
     # escaping (libstdc++'s "terminate called after throwing an instance of 'std::bad_alloc'" and its
     # "what():  std::bad_alloc"), and Windows' commit limit ("[WinError 1455] The paging file is too small
     # for this operation to complete", os error 1455 from Rust).
@@ -246,9 +250,9 @@ _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
         "host_allocation",
         "strong",
         lazy(
-            ("MemoryError", "bad_alloc", "paging file is too small", "os error 1455"),
-            r"^(?:builtins\.)?MemoryError\b(?:\s*:.*)?$|_ArrayMemoryError: Unable to allocate|instance of 'std::bad_alloc'|what\(\):\s+std::bad_alloc"
-            r"|paging file is too small for this operation|os error 1455",
+            ("MemoryError", "bad_alloc", "paging file is too small", "os error 1455", "memory allocation of"),
+            r"^(?:[A-Za-z_]\w*\.)*MemoryError\b(?:\s*:.*)?$|_ArrayMemoryError: Unable to allocate|instance of 'std::bad_alloc'|what\(\):\s+std::bad_alloc"
+            r"|paging file is too small for this operation|os error 1455|^memory allocation of \d+ bytes failed",
         ),
     ),
     # The kernel's record, global or a memory cgroup's ("Memory cgroup out of memory: Killed process"),
@@ -276,7 +280,21 @@ _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     (
         "ggml_host_buffer",
         "strong",
-        lazy(("alloc_buffer: failed to allocate buffer", "unable to allocate CPU buffer"), r"ggml_backend_(?:cpu|amx)\w*_alloc_buffer: failed to allocate buffer of size \d+|unable to allocate CPU buffer"),
+        lazy(("alloc_buffer: failed to allocate buffer", "unable to allocate"), r"ggml_backend_(?:cpu|amx)\w*_alloc_buffer: failed to allocate buffer of size \d+|unable to allocate (?:CPU\w*|\w+_Host) buffer\b"),
+    ),
+    # Other programs' own host OOMs, which read like the last resort's statement (_OOM_STATEMENT_RE) and are tried
+    # before it: Go's runtime (ollama is a Go program: "fatal error: runtime: out of memory", "runtime: out of memory:
+    # cannot allocate 4194304-byte block"), git's xmalloc ("fatal: Out of memory, malloc failed"), the kernel killer
+    # before 4.19 ("Out of memory: Kill process 28341 (python3) score 953 or sacrifice child") and its
+    # oom_kill_allocating_task form; TensorFlow on the CPU ("OOM when allocating tensor ... device:CPU:0").
+    (
+        "host_statement",
+        "strong",
+        lazy(
+            ("out of memory", "Out of memory", "OOM when allocating"),
+            r"^fatal error: (?:runtime: )?out of memory\b|^runtime: out of memory: cannot allocate|Out of memory, malloc failed"
+            r"|[Oo]ut of memory(?: \(oom_kill_allocating_task\))?: Kill process \d+|OOM when allocating tensor.*(?:device:CPU|by allocator cpu)",
+        ),
     ),
     # ENOMEM from the host: mmap of a checkpoint, fork of a loader worker.
     ("enomem", "strong", lazy("Cannot allocate memory", r"\[Errno 12\] Cannot allocate memory|Cannot allocate memory \(12\)|unable to mmap \d+ bytes.*Cannot allocate memory")),
@@ -529,9 +547,10 @@ class TorchParser:
             if pattern.search(msg):
                 frames = tuple(self._frames_of(line.ref.rank))
                 stage, phase = classify_frames(frames)
-                if stage == "unknown" and source in _SOURCE_STAGE:
-                    stage = phase = _SOURCE_STAGE[source]
                 driver: dict[str, object] = {"source": source, "stage": stage, "frames": frames[-40:]}
+                if stage == "unknown" and source in _SOURCE_STAGE:
+                    stage = phase = driver["stage"] = _SOURCE_STAGE[source]
+                    driver["stage_source"] = "message"
                 if _ASYNC_CALL_RE.search(msg):
                     driver["call"] = "cudaMallocAsync"
                 if phase:
@@ -562,18 +581,22 @@ class TorchParser:
                     values["requested_bytes"] = int(hm.group(1))
                 out.append(Event(KIND_HOST_OOM, (line.ref,), values))
                 return out
-        if "out of memory" in msg.lower():
-            out.extend(self._stated_oom(line))
+        out.extend(self._stated_oom(line))
         return out
 
     def _stated_oom(self, line: Line) -> list[Event]:
         """The last resort (_OOM_STATEMENT_RE): an OOM stated by a runtime no table knows, with no numbers."""
         statement = line.msg.strip()
-        if not _OOM_STATEMENT_RE.search(statement) or engine_messages.recognise(" ".join(statement.split())) is not None:
+        if not _OOM_STATEMENT_RE.search(statement) or any(w in statement for w in _ENGINE_KV_ALLOCATOR_WORDS):
+            return []
+        if engine_messages.recognise(" ".join(statement.split())) is not None:
             return []
         frames = tuple(self._frames_of(line.ref.rank))
         stage, phase = classify_frames(frames)
-        stated: dict[str, object] = {"source": "oom_statement", "stage": stage, "frames": frames[-40:]}
+        # llama.cpp names the function on each line it logs ("llama_init_from_model: failed to allocate compute buffers:
+        # out of memory"): its flags, not PyTorch's, are the levers then (advice/generic.is_llama_cpp).
+        source = "ggml_statement" if _LLAMA_CPP_TAG_RE.match(statement) else "oom_statement"
+        stated: dict[str, object] = {"source": source, "stage": stage, "frames": frames[-40:]}
         if _ASYNC_CALL_RE.search(statement):
             stated["call"] = "cudaMallocAsync"
         if phase:

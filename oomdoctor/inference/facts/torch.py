@@ -115,7 +115,8 @@ def _message_facts(f: Facts, oom: Event) -> None:
     frame_stage = oom.get("stage", "unknown")
     timeline = f.get("timeline_stage", "unknown")
     # The frames name the stage; without them, the startup milestones before the message do.
-    stage, stage_source = (frame_stage, "traceback") if frame_stage != "unknown" else (timeline, "timeline")
+    # A message that names its own stage (llama.cpp's loader buffer) says where it failed as a traceback would.
+    stage, stage_source = (frame_stage, oom.get("stage_source", "traceback")) if frame_stage != "unknown" else (timeline, "timeline")
     f.set("oom_stage", stage, ref)
     f.set("oom_stage_source", stage_source)
     f.set("oom_phase", oom.get("phase"))
