@@ -563,6 +563,11 @@ def test_llama_cpps_cpu_buffer_and_ollamas_system_memory_check_are_the_hosts() -
     for line, source in (
         ("llama_model_load: error loading model: unable to allocate CPU buffer", "ggml_host_buffer"),
         ("Error: model requires more system memory (12.3 GiB) than is available (7.8 GiB)", "ollama_system_memory"),
+        (
+            'time=2026-03-25T09:45:06.861Z level=WARN source=server.go:1044 msg="model request too large for system" requested="5.3 GiB" '
+            'available="4.8 GiB" total="10.0 GiB" free="4.8 GiB" swap="0 B"',
+            "ollama_system_memory",
+        ),
     ):
         (host,) = [e for e in feed([line]) if e.kind == KIND_HOST_OOM]
         assert (host.get("source"), host.get("strength")) == (source, "strong")

@@ -80,6 +80,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"memory allocation of",
     b"unable to allocate",
     b"more system memory",
+    b"too large for system",
 )
 
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
@@ -299,8 +300,13 @@ _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     # ENOMEM from the host: mmap of a checkpoint, fork of a loader worker.
     ("enomem", "strong", lazy("Cannot allocate memory", r"\[Errno 12\] Cannot allocate memory|Cannot allocate memory \(12\)|unable to mmap \d+ bytes.*Cannot allocate memory")),
     # ollama's own check before it loads a model on the host: "model requires more system memory (12.3 GiB) than is
-    # available (7.8 GiB)" (llm/server.go).
-    ("ollama_system_memory", "strong", lazy("more system memory", r"model requires more system memory \([^)]*\) than is available")),
+    # available (7.8 GiB)" to the client, and its server's warning before "Load failed" (llm/server.go: msg="model
+    # request too large for system" requested="5.3 GiB" available="4.8 GiB").
+    (
+        "ollama_system_memory",
+        "strong",
+        lazy(("more system memory", "too large for system"), r"model requires more system memory \([^)]*\) than is available|model request too large for system"),
+    ),
     # Ray's memory monitor kills workers before the kernel does.
     # Its report may reach a paste without its first sentence: the node's memory line and the link to
     # Ray's OOM-prevention page are its own too.
