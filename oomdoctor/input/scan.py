@@ -140,7 +140,9 @@ class _HyperscanBackend:
         import hyperscan
 
         self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        self._db.compile(expressions=[_hex(a) for a in anchors], ids=list(range(len(anchors))), elements=len(anchors))
+        # The pure-literal compiler (Hyperscan >= 5.2): the anchors are literals, and it compiles them faster than
+        # the same bytes escaped as regular expressions (about 30 ms against 35 for 400 anchors), once per process.
+        self._db.compile(expressions=list(anchors), ids=list(range(len(anchors))), elements=len(anchors), literal=True)
         self._lengths = [len(a) for a in anchors]
 
     def hits(self, chunk: bytes) -> list[tuple[int, int]]:
