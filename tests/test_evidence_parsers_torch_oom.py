@@ -615,3 +615,10 @@ def test_a_statement_on_a_llama_cpp_line_is_llama_cpps() -> None:
     assert oom.get("source") == "ggml_statement"
     (other,) = [e for e in feed(["RuntimeError: out of memory"]) if e.kind == KIND_DRIVER_OOM]
     assert other.get("source") == "oom_statement"
+
+
+def test_tgis_warmup_with_a_kv_budget_is_its_warmup_oom() -> None:
+    """TGI 1.0 (text-generation-inference#710's title): the warmup's other form, with --max-batch-total-tokens set."""
+    line = "Error: Warmup(Generation(\"Not enough memory to handle 16000 total tokens with 2 prefill tokens. You need to decrease `--max-batch-total-tokens` or `--max-batch-prefill-tokens`\"))"
+    (oom,) = [e for e in feed([line]) if e.kind == KIND_DRIVER_OOM]
+    assert oom.get("source") == "warmup_prefill"

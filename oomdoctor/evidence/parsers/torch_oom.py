@@ -170,7 +170,10 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     ("cuda_check", lazy("out of memory (", r"\):\s*out of memory \(\S+\.(?:h|hpp|cu|cuh|cpp|cc):\d+\)")),
     # Candle/TGI's Rust allocator, and TGI/LoRAX warmup verdicts (the prefill did not fit).
     ("device_limit", lazy("would exceed allowed memory", r"would exceed allowed memory")),
-    ("warmup_prefill", lazy("Not enough memory to handle", r"Not enough memory to handle \d+ prefill tokens")),
+    # TGI's warmup in both forms: "Not enough memory to handle 4096 prefill tokens. You need to decrease
+    # `--max-batch-prefill-tokens`", and with a KV budget set (2023) "Not enough memory to handle 16000 total tokens with
+    # 2 prefill tokens. You need to decrease `--max-batch-total-tokens` or `--max-batch-prefill-tokens`".
+    ("warmup_prefill", lazy("Not enough memory to handle", r"Not enough memory to handle \d+ (?:prefill|total) tokens")),
     # TensorRT-LLM's executor: "Executor creation failed due to insufficient GPU memory".
     ("trtllm_executor", lazy("insufficient GPU memory", r"insufficient GPU memory")),
     # ggml (llama.cpp and its servers): "allocating 372.08 MiB on device 0: cudaMalloc failed: out of memory".
