@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.base.evidence import KIND_REPEATS, Event, LineRef
 from oomdoctor.evidence import phase
+from oomdoctor.evidence.parsers import engine_messages as em
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.evidence.parsers import torch_oom as tt
 from oomdoctor.evidence.parsers import vllm as vl
@@ -67,10 +68,22 @@ def _system_from_frames(events: list[Event]) -> str | None:
     return best if counts[best] else None
 
 
+def _catalogue_engine(event: Event) -> str | None:
+    """The serving system whose released code holds a catalogue line (vLLM-Omni and vLLM-Ascend are vLLM's)."""
+    if event.kind not in (em.KIND_ENGINE_MESSAGE, em.KIND_ENGINE_NOTICE):
+        return None
+    engine = str(event.get("engine") or "")
+    return "vllm" if engine.startswith("vllm") else "sglang" if engine.startswith("sglang") else None
+
+
 def detect_system(events: list[Event]) -> str:
-    """The serving system a run's log came from; the workers' torch tracebacks do not make it 'torch'."""
-    vllm = sum(1 for e in events if e.kind in _VLLM_KINDS)
-    sglang = sum(1 for e in events if e.kind in _SGLANG_KINDS)
+    """The serving system a run's log came from; the workers' torch tracebacks do not make it 'torch'.
+
+    A line of an engine's own catalogue names it too: vLLM's "CUDA out of memory occurred when warming up sampler"
+    pasted without vLLM's prefix is still vLLM's."""
+    engines = [_catalogue_engine(e) for e in events]
+    vllm = sum(1 for e in events if e.kind in _VLLM_KINDS) + engines.count("vllm")
+    sglang = sum(1 for e in events if e.kind in _SGLANG_KINDS) + engines.count("sglang")
     if vllm or sglang:
         return "vllm" if vllm > sglang else "sglang"
     if any(e.kind in _TORCH_KINDS for e in events):
