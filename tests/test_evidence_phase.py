@@ -213,3 +213,11 @@ def test_a_models_forward_frames_take_the_start_up_pass_the_line_before_names(tm
     serving = tmp_path / "serving.log"
     serving.write_text("[2025-03-07 14:02:11 TP0] Decode batch. #running-req: 256, #token: 260110, token usage: 0.97, gen throughput (token/s): 3011.20, #queue-req: 40\n" + _MODEL_FORWARD_FRAMES)
     assert diagnose([str(serving)]).phase.name == "decode"
+
+
+def test_lmdeploys_vision_engine_is_an_encoder_frame() -> None:
+    """lmdeploy#1555: its vision encoder runs in lmdeploy/vl/engine.py's thread. Near miss: its LLM engine is not."""
+    vl = (("/envs/lmdeploy/lib/python3.10/site-packages/lmdeploy/vl/engine.py", "_work_thread"),)
+    llm = (("/envs/lmdeploy/lib/python3.10/site-packages/lmdeploy/pytorch/engine/engine.py", "_async_loop"),)
+    assert phase.classify_frames(vl) == "encoder"
+    assert phase.classify_frames(llm) != "encoder"
