@@ -95,6 +95,7 @@ def _compiled(template: str) -> re.Pattern[str]:
 # oom_words.ENGINE_WORDS's "Not enough memory"), one list so the two cannot disagree.
 _KV_SHORTAGE_WORDS: tuple[str, ...] = (
     "ot enough", "nsufficient", "o available", "o free", "o enough", "allocate buffer for", "allocate KV", "allocate kv", "allocate the KV", "allocate the kv",
+    "KV cache is needed",
 )
 
 
@@ -170,7 +171,10 @@ _KV_SHORTAGE_RE = LazyRegex(
     r"(?:KV[ -]?[Cc]ache|kv[ -]?cache|cache blocks|KV blocks)"
     # The KV cache's own allocation failing: llama.cpp's "llama_kv_cache_init: failed to allocate buffer for kv cache"
     # (ollama relays it inside "failed to initialize the context: ..."), another engine's "failed to allocate KV cache".
-    r"|\bfailed to allocate (?:the )?(?:buffer for (?:the )?)?(?:KV|kv)[ -]?cache\b",
+    r"|\bfailed to allocate (?:the )?(?:buffer for (?:the )?)?(?:KV|kv)[ -]?cache\b"
+    # A KV cache that needs more than is available, in fewer words than vLLM's catalogued "To serve at least one
+    # request ... (1.75 GiB KV cache is needed, which is larger than the available KV cache memory (0.13 GiB))".
+    r"|(?:^|\s)(?:[A-Za-z_][\w.]*)?(?:Error|Exception)\s*:\s*\(?[\d.]+ ?Gi?B KV cache is needed\b",
 )
 _KV_SHORTAGE = Entry("an engine outside the catalogue", "", "", "kv_pool", "startup_kv", True, "its own line", "")
 
