@@ -13,7 +13,7 @@ import re
 
 from oomdoctor.base.evidence import Event, Line, LineRef
 from oomdoctor.base.oom_words import ALLOCATOR_WORDS
-from oomdoctor.evidence.parsers.frames import FRAME_ANYWHERE, FRAME_LINE
+from oomdoctor.evidence.parsers.frames import FRAME_ANYWHERE, frame_of
 from oomdoctor.input.patterns import lazy
 
 KIND_RECORD = "failure_record"
@@ -222,13 +222,13 @@ class RecordParser:
                 rec["refs"][1:] = [line.ref]
                 return out
         if "File " in msg:
-            fm = FRAME_LINE.match(msg)
-            if fm:
+            frame = frame_of(msg)
+            if frame:
                 if rec is None:
                     # Frames without their header line: the paste starts inside a traceback.
                     self._open_record(line, "frames")
                     rec = self._open[rank]
-                rec["frames"].append((fm.group(1), fm.group(2)))
+                rec["frames"].append(frame)
                 rec["refs"][1:] = [line.ref]
                 return out
         if "Traceback" in msg and _TRACEBACK_RE.search(msg):

@@ -17,7 +17,7 @@ from oomdoctor.base.oom_words import ALLOCATOR_WORDS
 from oomdoctor.evidence import phase as phase_tables
 from oomdoctor.evidence.parsers import engine_messages
 from oomdoctor.evidence.parsers.captures import named, typed
-from oomdoctor.evidence.parsers.frames import FRAME_LINE
+from oomdoctor.evidence.parsers.frames import frame_of
 from oomdoctor.input.patterns import Dispatch, LazyRegex, lazy
 
 if TYPE_CHECKING:
@@ -526,9 +526,9 @@ class TorchParser:
             out.extend(self._emit_pending())
 
         if "File " in msg:
-            fm = FRAME_LINE.match(msg)
-            if fm:
-                self._frames_of(line.ref.rank).append((fm.group(1), fm.group(2)))
+            frame = frame_of(msg)
+            if frame:
+                self._frames_of(line.ref.rank).append(frame)
                 return out
         if "Traceback" in msg and _TRACEBACK_RE.search(msg):
             self._frames_of(line.ref.rank).clear()
