@@ -6,7 +6,7 @@ Prints accuracy (the verdict class equals the label; `not_oom` means the verdict
 confident-wrong count (a wrong class at confidence >= 0.7), a per-class table, and how the
 differential of the `unknown_oom` verdicts does: the label among its first two candidates (cases
 whose label names a class), the same where the evidence put it there (its likelihood above the third
-candidate's: equal odds are listed in a fixed order, phases.toml's likely class then the name, and a
+candidate's: equal odds are listed in a fixed order, phases.toml's likely class, then each class's share of a server's life, and a
 label placed second by that order alone is not counted), among the candidates tied for first or second
 place, and any first candidate of likelihood >= 0.7 that is not the label. The corpus is a
 check, not a tuning target: thresholds are argued in the code from first principles and fixtures.

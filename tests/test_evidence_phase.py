@@ -193,28 +193,6 @@ def test_vllm_v0s_dead_background_loop_is_a_serving_step_and_other_callbacks_are
     assert classify_context("Exception in callback BaseSelectorEventLoop._read_from_self()") is None
 
 
-_MODEL_FORWARD_FRAMES = (
-    '  File "/venv/lib/python3.10/site-packages/torch/nn/modules/module.py", line 1786, in _call_impl\n'
-    "    return forward_call(*args, **kwargs)\n"
-    '  File "<eval_with_key>.3", line 11, in forward\n'
-    "    linear_1 = torch._C._nn.linear(add, weight, None)\n"
-    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity of 79.19 GiB of which 50.00 MiB is free.\n"
-)
-
-
-def test_a_models_forward_frames_take_the_start_up_pass_the_line_before_names(tmp_path) -> None:
-    """Graph capture runs the model's forward: its frames alone read as serving, SGLang's piecewise capture bar just
-    before says which pass it was (sglang#14476). Near miss: the same frames after a decode batch line are a decode."""
-    from oomdoctor.api import diagnose
-
-    capture = tmp_path / "capture.log"
-    capture.write_text("Capturing num tokens (num_tokens=3968 avail_mem=0.05 GB):   2%|##          | 1/58 [00:01<01:10,  1.23s/it]\n" + _MODEL_FORWARD_FRAMES)
-    assert diagnose([str(capture)]).phase.name == "graph_capture"
-    serving = tmp_path / "serving.log"
-    serving.write_text("[2025-03-07 14:02:11 TP0] Decode batch. #running-req: 256, #token: 260110, token usage: 0.97, gen throughput (token/s): 3011.20, #queue-req: 40\n" + _MODEL_FORWARD_FRAMES)
-    assert diagnose([str(serving)]).phase.name == "decode"
-
-
 def test_lmdeploys_vision_engine_is_an_encoder_frame() -> None:
     """lmdeploy#1555: its vision encoder runs in lmdeploy/vl/engine.py's thread. Near miss: its LLM engine is not."""
     vl = (("/envs/lmdeploy/lib/python3.10/site-packages/lmdeploy/vl/engine.py", "_work_thread"),)

@@ -374,19 +374,13 @@ def _refine(found: Phase, events: list[Event], failure_index: int) -> Phase:
     """Refine a frames phase with what the log said just before the failure.
 
     A profiling pass that the engine said runs the multimodal encoder is an encoder failure; a
-    generic serving frame (the engine's busy loop, a model's forward) takes the phase the last context
-    line names (prefill, decode, KV slot allocation, encoder, and the start-up passes that run the
-    model's forward too: graph capture, profiling).
+    generic serving frame (the engine's busy loop) takes the runtime phase the last context line
+    names (prefill, decode, KV slot allocation, encoder). A forward frame under a graph capture's
+    progress is the differential's to weigh (inference/differential._read), not a decided capture.
     """
     before = events[: failure_index + 1] if failure_index >= 0 else events
     if found.name == "serving":
         last = next((e for e in reversed(before) if e.kind == "context_line"), None)
-        if last is not None and last.get("phase") in _STARTUP_PASSES:
-            # A start-up pass only while it is the last thing the log said: its end ("Graph capturing finished",
-            # the server ready) is a milestone after it, and then the forward is a serving one.
-            _, mref = milestone_phase(events, failure_index if failure_index >= 0 else len(events))
-            if mref is not None and mref.line > last.ref.line:
-                return found
         if last is not None and last.get("phase") in _RUNTIME_REFINEMENTS:
             return Phase(last.get("phase"), found.source, found.ref, f"{found.detail}, refined by {last.ref.path}:{last.ref.line}")
         return found
@@ -397,10 +391,7 @@ def _refine(found: Phase, events: list[Event], failure_index: int) -> Phase:
     return found
 
 
-# Graph capture and the profile run call the model's forward, so its frames alone look like serving; the
-# capture's progress bar or the profiling line just before the failure says which pass it was.
-_STARTUP_PASSES = frozenset({"graph_capture", "profiling"})
-_RUNTIME_REFINEMENTS = frozenset({"prefill", "decode", "sampling", "encoder", "kv_alloc"}) | _STARTUP_PASSES
+_RUNTIME_REFINEMENTS = frozenset({"prefill", "decode", "sampling", "encoder", "kv_alloc"})
 
 
 def owning_record(records: list[Event], line: int | None) -> Event | None:

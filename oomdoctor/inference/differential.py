@@ -66,6 +66,22 @@ def _table() -> dict[str, Any]:
     return built_in.table("differential.toml")
 
 
+@functools.cache
+def _breadth() -> tuple[dict[str, float], dict[str, int]]:
+    """Each candidate's share of a server's life, and its place in the table.
+
+    With nothing said about the phase, every phase a candidate lists is taken as equally likely and, within a
+    phase, every class possible there: a class's share is the mean over phases of 1/(classes possible there).
+    Another tenant can strike in any phase and CUDA graph capture in one, so a bare OOM's equal odds list the
+    first before the second, and its first check is the one that tells the commonest causes apart.
+    """
+    rows = _table()["candidate"]
+    phases = {row["class"]: set(row["phases"]) for row in rows}
+    every = set().union(*phases.values())
+    share = {k: sum(1 / sum(1 for v in phases.values() if p in v) for p in every if p in v) / len(every) for k, v in phases.items()}
+    return share, {row["class"]: i for i, row in enumerate(rows)}
+
+
 def _words(template: str, facts: dict[str, Any]) -> str:
     """Fill {fact} placeholders (sizes in words, shares as percentages); drop a [[clause]] whose fact is missing."""
     text = _OPTIONAL.sub(lambda m: m.group(1) if all(n in facts for n in _PLACEHOLDER.findall(m.group(1))) else "", template)
@@ -119,11 +135,13 @@ def differential(facts: dict[str, Any]) -> list[Candidate]:
     total = sum(odds.values()) + UNNAMED_ODDS
     if total <= UNNAMED_ODDS:
         return []
-    # Equal odds are ordered by the class a failure in this phase most often is (data/phases.toml),
-    # then by name: an order to read them in, not a likelihood.
+    # Equal odds are ordered by the class a failure in this phase most often is (data/phases.toml), then by
+    # how much of a server's life each class can happen in (_breadth), then by the table's order: an order to
+    # read them in (and the first check to run), not a likelihood.
     phase = facts.get("phase") or "unknown"
     likely = phase_step.tables().phases[phase].likely_class if phase in phase_step.tables().phases else ""
-    ranked = sorted((k for k in odds if odds[k] > 0), key=lambda k: (-odds[k], k != likely, k))
+    breadth, order = _breadth()
+    ranked = sorted((k for k in odds if odds[k] > 0), key=lambda k: (-odds[k], k != likely, -breadth.get(k, 0.0), order.get(k, len(order))))
     return [Candidate(k, round(odds[k] / total, 2), tuple(reasons[k][0]), tuple(reasons[k][1]), checks[k]) for k in ranked[:SHOWN]]
 
 
