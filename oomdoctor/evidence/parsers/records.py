@@ -24,6 +24,10 @@ KIND_CLEAN_END = "clean_end"
 ANCHORS: tuple[bytes, ...] = (
     b"Traceback",
     b'File "',
+    # IPython's frames (parsers/frames.py): "File ~/path.py:49, in f(...)", JupyterLab's "File [~/path.py:49](url)".
+    b"File ~",
+    b"File [",
+    b"File /",
     b"hit an exception",
     b"During handling of the above",
     b"direct cause of the following",

@@ -33,6 +33,10 @@ ANCHORS: tuple[bytes, ...] = (
     b"CUDA calloc",
     b"Traceback",
     b'File "',
+    # IPython's frames (parsers/frames.py): "File ~/path.py:49, in f(...)", JupyterLab's "File [~/path.py:49](url)".
+    b"File ~",
+    b"File [",
+    b"File /",
     b"Killed",
     b"NO_MEMORY",
     b"can't allocate memory",
@@ -255,7 +259,7 @@ _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
         "strong",
         lazy(
             ("MemoryError", "bad_alloc", "paging file is too small", "os error 1455", "memory allocation of"),
-            r"^(?:[A-Za-z_]\w*\.)*MemoryError\b(?:\s*:.*)?$|_ArrayMemoryError: Unable to allocate|instance of 'std::bad_alloc'|what\(\):\s+std::bad_alloc"
+            r"^(?:[A-Za-z_]\w*\.)*MemoryError\b(?:\s*:.*)?\s*$|_ArrayMemoryError: Unable to allocate|instance of 'std::bad_alloc'|what\(\):\s+std::bad_alloc"
             r"|paging file is too small for this operation|os error 1455|^memory allocation of \d+ bytes failed",
         ),
     ),

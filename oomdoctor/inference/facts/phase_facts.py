@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from oomdoctor.base.evidence import KIND_REPEATS, Event
+from oomdoctor.base.oom_words import ALLOCATOR_WORDS
 from oomdoctor.evidence import phase
 from oomdoctor.evidence.parsers import records as rc
 from oomdoctor.evidence.parsers import torch_oom as tt
@@ -109,6 +110,9 @@ def _stage_facts(f: Facts, found: phase.Phase) -> None:
         f.set(flag, True, found.ref)
 
 
+_OOM_WORDS = tuple(w.decode() for w in ALLOCATOR_WORDS)
+
+
 def _completeness_facts(
     f: Facts, events: list[Event], records: list[Event], ooms: list[Event], path: str, line_counts: dict[str, int], pieces: tuple[int, ...] = ()
 ) -> None:
@@ -117,8 +121,14 @@ def _completeness_facts(
     startup_failure = f.get("startup_kv_error") or f.get("capture_oom") or f.get("kv_alloc_failed") or f.get("req_slots_failed")
     whole_oom = any(e.get("complete", True) for e in ooms) or bool(startup_failure)
     # ggml's allocator line belongs to its failed cudaMalloc's message, as the OOM's own lines do: not log around it;
-    # nor is the count of a failure line repeated word for word (pipeline/events.py): the same message again.
-    context = sum(1 for e in events if e.kind not in (*ALLOCATOR_OOM_KINDS, tt.KIND_GGML_BUFFER, rc.KIND_RECORD, rc.KIND_CUT, KIND_REPEATS))
+    # nor is the count of a failure line repeated word for word (pipeline/events.py): the same message again; nor a
+    # context line that states the OOM itself (TGI's "Request failed during generation: ... CUDA out of memory").
+    context = sum(
+        1
+        for e in events
+        if e.kind not in (*ALLOCATOR_OOM_KINDS, tt.KIND_GGML_BUFFER, rc.KIND_RECORD, rc.KIND_CUT, KIND_REPEATS)
+        and not (e.kind == rc.KIND_CONTEXT and any(w in e.ref.text for w in _OOM_WORDS))
+    )
     done = completeness.assess(events, in_path, [c for c in cuts if c.ref.path == path], line_counts.get(path, 0), whole_oom, context, pieces)
     f.set("evidence_status", done.status, done.ref)
     if done.reason:
