@@ -167,3 +167,34 @@ def test_prose_or_another_shortage_is_not_that_failure(line: str, tmp_path) -> N
     log = tmp_path / "x.log"
     log.write_text(line + "\n")
     assert [e for e in read_events(str(log), InputStats(path=str(log))) if e.kind == em.KIND_ENGINE_MESSAGE] == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "srv  update_slots: failed to decode the batch: KV cache is full - try increasing it via the context size, i = 0, n_batch = 512, ret = 1",
+        "update_slots : failed to decode the batch, n_batch = 1, ret = 1",  # llama.cpp before 2025 (llama.cpp#4185)
+        "decode: failed to find KV cache slot for ubatch of size 512",
+        "panic: failed to decode batch: could not find a kv cache slot (length: 6656)",  # ollama#10127
+        "ERROR phase_continue_prefills::run_standard: Prefill chunk error: KV cache exhausted: no free blocks",
+    ],
+)
+def test_the_kv_cache_run_out_while_serving_in_any_engines_words(line: str, tmp_path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text(line + "\n")
+    (found,) = [e for e in read_events(str(log), InputStats(path=str(log))) if e.kind == em.KIND_ENGINE_MESSAGE]
+    assert (found.get("class"), found.get("phase"), found.get("memory_failure")) == ("kv_exhaustion", "kv_alloc", True)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # A retry on a smaller batch is not the failure yet, nor is a batch that failed with room to spare.
+        "update_slots : failed to find free space in the KV cache, retrying with smaller n_batch = 256",
+        "update_slots : failed to decode the batch, n_batch = 512, ret = -1",
+    ],
+)
+def test_a_retry_or_another_decode_failure_is_not_kv_exhaustion(line: str, tmp_path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text(line + "\n")
+    assert [e for e in read_events(str(log), InputStats(path=str(log))) if e.kind == em.KIND_ENGINE_MESSAGE] == []

@@ -102,7 +102,7 @@ _KV_SHORTAGE_WORDS: tuple[str, ...] = (
 @functools.cache
 def anchors() -> tuple[bytes, ...]:
     """The scanner's literals for the catalogue's messages (one per distinct literal), and the KV-shortage wording's."""
-    return tuple(dict.fromkeys([*(e.anchor.encode() for e in table().entries), *(w.encode() for w in _KV_SHORTAGE_WORDS)]))
+    return tuple(dict.fromkeys([*(e.anchor.encode() for e in table().entries), *(w.encode() for w in _KV_SHORTAGE_WORDS + _KV_EXHAUSTED_WORDS)]))
 
 
 @functools.cache
@@ -176,15 +176,31 @@ _KV_SHORTAGE_RE = LazyRegex(
     # request ... (1.75 GiB KV cache is needed, which is larger than the available KV cache memory (0.13 GiB))".
     r"|(?:^|\s)(?:[A-Za-z_][\w.]*)?(?:Error|Exception)\s*:\s*\(?[\d.]+ ?Gi?B KV cache is needed\b",
 )
+# The KV cache running out while serving, in the words of engines no catalogue holds: llama.cpp's server giving up
+# on a batch ("failed to decode the batch: KV cache is full - try increasing it via the context size", before 2025
+# "failed to decode the batch, n_batch = 1, ret = 1" after its "failed to find free space in the KV cache, retrying"),
+# its "failed to find KV cache slot for ubatch of size 512", ollama's runner ("could not find a kv cache slot"),
+# others' "KV cache exhausted: no free blocks". A retry on a smaller batch is not yet the failure.
+_KV_EXHAUSTED_WORDS: tuple[str, ...] = ("failed to decode the batch", "KV cache slot", "kv cache slot", "KV cache exhausted", "kv cache exhausted")
+_KV_EXHAUSTED_RE = LazyRegex(
+    _KV_EXHAUSTED_WORDS,
+    r"failed to decode the batch(?::\s*KV cache is full|, n_batch = 1\b)|failed to find (?:a )?KV cache slot|could not find a kv cache slot"
+    r"|\b(?:KV|kv) cache (?:is )?exhausted",
+)
+_KV_EXHAUSTED = Entry("an engine outside the catalogue", "", "", "kv_alloc", "kv_exhaustion", True, "its own line", "")
 _KV_SHORTAGE = Entry("an engine outside the catalogue", "", "", "kv_pool", "startup_kv", True, "its own line", "")
 
 
 def _kv_shortage(msg: str) -> tuple[Entry, dict[str, Any], str] | None:
+    """The KV cache without room at start-up (_KV_SHORTAGE_RE) or run out while serving (_KV_EXHAUSTED_RE), from any engine."""
     m = _KV_SHORTAGE_RE.search(msg)
-    if m is None:
+    if m is not None:
+        text, entry = msg[m.start("exc") if m.group("exc") else 0 :].strip(), _KV_SHORTAGE
+    elif _KV_EXHAUSTED_RE.search(msg) is not None:
+        text, entry = msg.strip(), _KV_EXHAUSTED
+    else:
         return None
-    text = msg[m.start("exc") if m.group("exc") else 0 :].strip()
-    return _KV_SHORTAGE._replace(template=text.replace("{", "{{").replace("}", "}}")[:300]), {}, "statement"
+    return entry._replace(template=text.replace("{", "{{").replace("}", "}}")[:300]), {}, "statement"
 
 
 class EngineMessageParser:
