@@ -11,6 +11,7 @@ import re
 import sys
 
 import pytest
+from test_input_columns import rich_layout
 
 from oomdoctor.base.evidence import LineRef
 from oomdoctor.evidence.parsers import engine_messages as em
@@ -83,6 +84,8 @@ TRANSFORMS = {
     "python_logging": lambda line: [f"2026-10-02 09:20:11,123 - ERROR - scheduler.py:412 - {line}"],
     "exception_line": lambda line: [f"RuntimeError: {line}"],
     "repr_inside_error": lambda line: [f"RuntimeError: Worker failed with error '{line}', please check the stack trace above for the root cause"],
+    # rich's RichHandler: the message wrapped in its column, the path column at the right (input/columns.py).
+    "rich_columns": lambda line: rich_layout(line).rstrip("\n").split("\n"),
 }
 
 

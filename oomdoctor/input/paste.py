@@ -2,8 +2,9 @@
 
 A paste is small; a server's own log file is not. An input up to PASTE_MAX_BYTES is held whole and
 put back the way the program printed it, undoing the damage in the reverse of the order it was done:
-the indent over the whole paste, added when it was posted, is removed first (indentation.py); then
-the terminal's hard wrap, made as the lines were shown, is joined (unwrap.py); then a newest-first
+the indent over the whole paste, added when it was posted, is removed first (indentation.py); then a
+console handler's columns are joined into the lines the program logged (columns.py); then the terminal's hard
+wrap, made as the lines were shown, is joined (unwrap.py); then a newest-first
 console export is read oldest first (ordering.py: the console showed the lines newest first, and
 each line's pieces in reading order). A larger input
 streams on untouched, with at most PASTE_MAX_BYTES held while that is decided. Each repair that
@@ -22,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.limits import chained, take_head, whole_if_small
+from oomdoctor.input.columns import join_columns
 from oomdoctor.input.indentation import dedent
 from oomdoctor.input.ordering import is_newest_first, oldest_first
 from oomdoctor.input.unwrap import unwrap
@@ -61,6 +63,7 @@ def repaired(
     on_reversed: Callable[[], None],
     on_dedent: Callable[[int], None],
     on_unwrap: Callable[[int, tuple[int, ...]], None],
+    on_columns: Callable[[int, tuple[int, ...]], None] = _ignore,
 ) -> Iterator[bytes]:
     """Pass chunks through; a small input is yielded once, repaired."""
     head, more = take_head(chunks, PASTE_HEAD_BYTES)
@@ -74,16 +77,22 @@ def repaired(
         yield from rest
         return
     wraps: list[tuple[int, tuple[int, ...]]] = []
-    data = unwrap(dedent(data, on_dedent), lambda width, pieces: wraps.append((width, pieces)))
+    columns: list[tuple[int, tuple[int, ...]]] = []
+    data = dedent(data, on_dedent)
+    data = join_columns(data, lambda records, pieces: columns.append((records, pieces)))
+    data = unwrap(data, lambda width, pieces: wraps.append((width, pieces)))
     turned: list[bool] = []
     data = oldest_first(data, lambda: turned.append(True))
     if turned:
         on_reversed()
+    n = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+
+    def as_scanned(pieces: tuple[int, ...]) -> tuple[int, ...]:
+        # The pieces' numbers as the scan will count them: line k of n is line n - k + 1 when the paste was turned.
+        return tuple(sorted(n - k + 1 for k in pieces)) if turned else pieces
+
+    if columns:
+        on_columns(columns[0][0], as_scanned(columns[0][1]))
     if wraps:
-        width, pieces = wraps[0]
-        if turned:
-            # The pieces' numbers as the scan will count them: line k of n is line n - k + 1 now.
-            n = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-            pieces = tuple(sorted(n - k + 1 for k in pieces))
-        on_unwrap(width, pieces)
+        on_unwrap(wraps[0][0], as_scanned(wraps[0][1]))
     yield data

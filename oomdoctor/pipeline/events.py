@@ -319,11 +319,15 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
         stats.warn(f"every line is indented by the same {columns} column(s) (an indented paste): read without them")
 
     def unwrap_note(width: int, pieces: tuple[int, ...]) -> None:
-        stats.joined_pieces = pieces
+        stats.joined_pieces = tuple(sorted({*stats.joined_pieces, *pieces}))
         stats.warn(f"lines are cut at column {width} (a terminal's hard wrap): each cut line is read joined to its rest")
 
+    def columns_note(records: int, pieces: tuple[int, ...]) -> None:
+        stats.joined_pieces = tuple(sorted({*stats.joined_pieces, *pieces}))
+        stats.warn(f"{records} record(s) laid out in a console handler's columns (rich): each read as the lines it logged")
+
     repeats = _RepeatedFailures()
-    chunks = repaired(issue_chunks(iter_line_chunks(path, stats), path, display, issue_note), reversed_note, dedent_note, unwrap_note)
+    chunks = repaired(issue_chunks(iter_line_chunks(path, stats), path, display, issue_note), reversed_note, dedent_note, unwrap_note, columns_note)
     for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS, reading, node_scan):
         if repeats.counts(line, parsers):
             continue
