@@ -41,6 +41,10 @@ def test_the_entry_covering_pytorchs_figures_is_the_failing_process() -> None:
     # Two entries both large enough (two servers on one card): undecided.
     both = [ProcessUsage(1, round(70.29 * GIB), False), ProcessUsage(2, round(68.30 * GIB), False)]
     assert fam.failing_pid_of(both, round(66.10 * GIB), round(1.04 * GIB)) is None
+    # Both large enough, but one holds PyTorch's reserved plus a context's worth and the other another model's worth
+    # (infinity#483: 5.95 GiB beside 5.45 reserved, and 37.55 GiB): the first is the failing process.
+    shared = [ProcessUsage(247326, round(5.95 * GIB), False), ProcessUsage(248104, round(37.55 * GIB), False)]
+    assert fam.failing_pid_of(shared, round(5.44 * GIB), round(6.72 * MIB)) == 247326
     # With "this process" in the message it is known already; a cut message gives no figures.
     assert fam.failing_pid_of([ProcessUsage(None, 70 * GIB, True), *listed], 60 * GIB, 0) is None
     assert fam.failing_pid_of(listed, None, None) is None

@@ -28,7 +28,7 @@ import os
 from typing import TYPE_CHECKING, NamedTuple
 
 from oomdoctor.base.built_in import DATA_DIR
-from oomdoctor.base.units import MIB
+from oomdoctor.base.units import GIB, MIB
 from oomdoctor.input.patterns import LazyRegex
 
 if TYPE_CHECKING:
@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 FAMILY_PID_GAP = 256
 # The allocator's figures are printed to two decimals of GiB; NVML's per-process figure includes them.
 ROUNDING_BYTES = 64 * MIB
+# What a process holds on the GPU beyond PyTorch's reserved memory: its CUDA context (0.3-0.6 GiB), NCCL's buffers
+# and the libraries' workspaces. Of two processes that could both hold what PyTorch reserved, the one within this
+# of it is the failing one (infinity#483: 5.95 GiB beside 5.45 reserved, not the other process's 37.55 GiB).
+NON_TORCH_OVERHEAD_BYTES = 2 * GIB
 # The process tags a log's own lines carry: vLLM's "(EngineCore_DP0 pid=1531) ", "(VllmWorker TP0 pid=3402) ",
 # Ray's "(RayWorkerWrapper pid=1699, ip=10.0.0.1) " (input/prefixes.py strips them; the line's text keeps them).
 _LOG_PID_RE = LazyRegex(None, r"^\([A-Za-z_][^()]{0,80}?\bpid=(\d+)\b[^()]{0,80}\) ")
@@ -97,8 +101,15 @@ def failing_pid(entries: Iterable[GpuProcess], reserved_bytes: int | None) -> in
     """The one entry of an OOM message's process list whose memory covers what PyTorch holds, if only one does."""
     if not reserved_bytes:
         return None
-    candidates = [p.pid for p in entries if p.pid is not None and p.used_bytes is not None and p.used_bytes + ROUNDING_BYTES >= reserved_bytes]
-    return candidates[0] if len(candidates) == 1 else None
+    covering = [p for p in entries if p.pid is not None and p.used_bytes is not None and p.used_bytes + ROUNDING_BYTES >= reserved_bytes]
+    if len(covering) == 1:
+        return covering[0].pid
+    close = [p for p in covering if p.used_bytes is not None and p.used_bytes - reserved_bytes <= NON_TORCH_OVERHEAD_BYTES]
+    # Only when the others hold far more than any overhead (another model's worth): two servers of one size stay undecided.
+    rest = [p for p in covering if p not in close]
+    if len(close) == 1 and all(p.used_bytes is not None and p.used_bytes - reserved_bytes > 4 * NON_TORCH_OVERHEAD_BYTES for p in rest):
+        return close[0].pid
+    return None
 
 
 class Family(NamedTuple):
