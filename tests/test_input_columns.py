@@ -88,3 +88,21 @@ def test_other_aligned_lines_are_left_as_they_are() -> None:
         "| GPU  Name        Persistence-M | Bus-Id        Disp.A |\n|   0  NVIDIA H100 80GB HBM3    On  | 00000000:18:00.0 Off |\n",
     ):
         assert join_columns(text.encode(), lambda *_: None) == text.encode()
+
+
+def test_a_server_log_larger_than_a_paste_is_joined_when_its_head_shows_the_columns(tmp_path) -> None:
+    """Over PASTE_HEAD_BYTES a file is repaired only when its head shows the damage (paste.py): rich's columns do."""
+    from oomdoctor.input.files import InputStats
+    from oomdoctor.pipeline.events import read_events
+
+    serving = "".join(rich_layout(f"INFO request {i} served in 12 ms with 512 prompt tokens and 64 completion tokens").replace(LEAD, "INFO     ", 1) for i in range(900))
+    oom = rich_layout(
+        "CUDA out of memory. Tried to allocate 3.88 GiB. GPU 0 has a total capacity of 44.42 GiB of which 920.81 MiB is free. "
+        "Process 247326 has 5.95 GiB memory in use. Process 248104 has 37.55 GiB memory in use."
+    )
+    log = tmp_path / "server.log"
+    log.write_text(serving + oom)
+    assert log.stat().st_size > 64 << 10
+    events = read_events(str(log), InputStats(path=str(log)))
+    (found,) = [e for e in events if e.kind == "torch_oom"]
+    assert found.get("requested_bytes") == round(3.88 * (1 << 30)) and len(found.get("processes")) == 2

@@ -13,8 +13,8 @@ applies calls its note, so the input says what was done to it.
 The repairs read every line (~18 ms/MB, more than the scan that follows), so only an input up to
 PASTE_HEAD_BYTES (every pasted excerpt of the corpus is far smaller) is always read by them. A larger
 one, up to PASTE_MAX_BYTES (a log file copied whole, a rank's or a rotated file), is repaired whole
-only when its head (its first HEAD_SAMPLE_BYTES) shows the damage: an indent on every line, a hard
-wrap, newest-first order; else it streams as it came, as a server's own file does. Pasted damage is
+only when its head (its first HEAD_SAMPLE_BYTES) shows the damage: an indent on every line, a console
+handler's columns, a hard wrap, newest-first order; else it streams as it came, as a server's own file does. Pasted damage is
 on every line, so the head shows it.
 """
 
@@ -47,7 +47,7 @@ def _head_damaged(data: bytes) -> bool:
     """Whether the head of ``data`` (its whole lines within HEAD_SAMPLE_BYTES) needs one of the repairs."""
     cut = data.rfind(b"\n", 0, HEAD_SAMPLE_BYTES)
     head = data[: cut + 1] if cut >= 0 else data[:HEAD_SAMPLE_BYTES]
-    if dedent(head, _ignore) is not head or unwrap(head, _ignore) is not head:
+    if dedent(head, _ignore) is not head or join_columns(head, _ignore) is not head or unwrap(head, _ignore) is not head:
         return True
     end = 0
     for _ in range(HEAD_ORDER_LINES):
