@@ -622,3 +622,12 @@ def test_tgis_warmup_with_a_kv_budget_is_its_warmup_oom() -> None:
     line = "Error: Warmup(Generation(\"Not enough memory to handle 16000 total tokens with 2 prefill tokens. You need to decrease `--max-batch-total-tokens` or `--max-batch-prefill-tokens`\"))"
     (oom,) = [e for e in feed([line]) if e.kind == KIND_DRIVER_OOM]
     assert oom.get("source") == "warmup_prefill"
+
+
+def test_rays_dead_worker_is_a_weak_kill() -> None:
+    """OpenRLHF#1065 (batch 2026-12-03h, read after scoring): Ray's raylet on a worker that vanished. Near miss: a
+    worker that exited by itself."""
+    line = "(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot the problem, check the logs for the dead worker."
+    (host,) = [e for e in feed([line]) if e.kind == KIND_HOST_OOM]
+    assert (host.get("source"), host.get("strength")) == ("ray_worker_died", "weak")
+    assert [e for e in feed(["(raylet) The worker exited normally after finishing its tasks."]) if e.kind == KIND_HOST_OOM] == []

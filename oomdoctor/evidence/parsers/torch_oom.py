@@ -85,6 +85,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"unable to allocate",
     b"more system memory",
     b"too large for system",
+    b"A worker died or was killed",
+    b"killed by SIGKILL by OOM killer",
 )
 
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
@@ -326,6 +328,10 @@ _HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
             r"|Memory on the node \(IP: [^)]*\) where the (?:task|actor)|docs\.ray\.io/\S*ray-oom-prevention",
         ),
     ),
+    # Ray's raylet on a worker that vanished ("A worker died or was killed while executing a task by an unexpected system
+    # error", its detail naming "(1) The process is killed by SIGKILL by OOM killer due to high memory usage"): a kill,
+    # weak alone as a bare "Killed" is (the worker may have crashed).
+    ("ray_worker_died", "weak", lazy(("A worker died or was killed", "killed by SIGKILL by OOM killer"), r"A worker died or was killed while executing a task|killed by SIGKILL by OOM killer")),
     # Go's os/exec reports a child ended by SIGKILL as "signal: killed" (ollama: "llama runner process has
     # terminated: signal: killed").
     # zsh reports a job or command ended by SIGKILL in lower case (Src/signames: "killed"): "[1]  + 14875 killed
