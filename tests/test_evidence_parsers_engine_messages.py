@@ -142,6 +142,7 @@ def test_a_dedicated_parser_keeps_its_line() -> None:
         ("RuntimeError: failed to allocate KV cache", "RuntimeError: failed to allocate KV cache"),
         # vLLM's KV check in fewer words than its catalogued template (olmocr#269's paste).
         ("ValueError: 1.75 GiB KV cache is needed, available 0.13 GiB", "ValueError: 1.75 GiB KV cache is needed, available 0.13 GiB"),
+        ("RuntimeError: the KV cache requires 3.00 GiB but only 1.20 GiB is free", "RuntimeError: the KV cache requires 3.00 GiB but only 1.20 GiB is free"),
         # llama.cpp's KV allocation at context creation, as ollama relays it.
         (
             "llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache",
@@ -164,6 +165,7 @@ def test_an_exception_saying_the_kv_cache_has_no_memory_is_a_startup_kv_failure_
         "AssertionError: Not enough memory left on the host",  # not the KV cache
         "llama_kv_cache_unified:      CUDA0 KV buffer size =  7168.00 MiB",  # the KV cache allocated
         "INFO 1.75 GiB KV cache is needed for this request",  # a size, not an exception
+        "ValueError: KV cache requires a block size of 16",  # a requirement that is no memory shortage
     ],
 )
 def test_prose_or_another_shortage_is_not_that_failure(line: str, tmp_path) -> None:

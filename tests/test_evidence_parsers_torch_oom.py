@@ -27,10 +27,13 @@ ALLOCATOR_PATTERNS = (
 
 
 def feed(lines: list[str]) -> list:
+    """The parser over ``lines``, with its last resort asked of each line it read nothing from, as the pipeline asks it
+    of a line no parser read (pipeline/events.py)."""
     p = TorchParser()
     out = []
     for i, text in enumerate(lines, 1):
-        out += p.feed(Line(LineRef("x", i, None, text), text))
+        line = Line(LineRef("x", i, None, text), text)
+        out += p.feed(line) or p.stated_oom(line)
     return out + p.finish()
 
 
@@ -292,21 +295,55 @@ def test_ray_memory_monitor_report_without_its_first_sentence() -> None:
     assert feed(["Memory on the node is fine: 3.2GB / 64GB"]) == []
 
 
-def test_the_exception_line_alone_is_an_oom_with_its_message_missing() -> None:
-    """vllm#10085: the paste stops inside "torch.OutOfMemoryError: Error in model executi"."""
-    events = feed([
-        '  File "/vllm-workspace/vllm/model_executor/models/ultravox.py", line 420, in _process_audio_input',
-        "    audio_features = self.audio_tower(audio_input)",
-        "torch.OutOfMemoryError: Error in model executi",
-    ])
-    (oom,) = [e for e in events if e.kind == KIND_OOM]
-    assert oom.get("exception") == "torch.OutOfMemoryError" and oom.get("requested_bytes") is None
-    assert oom.get("stage") == "encoder"
-    # A source line that handles the class is not one, nor is a log line that names it mid-sentence.
-    assert [e for e in feed(["    except torch.cuda.OutOfMemoryError:"]) if e.kind == KIND_OOM] == []
-    assert [e for e in feed(["INFO retrying after a torch.OutOfMemoryError: batch halved"]) if e.kind == KIND_OOM] == []
-    # The class name quoted bare (inline code in a bug report's prose) is a statement, not the exception line.
-    assert [e for e in feed(["torch.OutOfMemoryError"]) if e.kind == KIND_OOM] == []
+@pytest.mark.parametrize(
+    "lines, exception, stage",
+    [
+        # vllm#10085: the paste stops inside "torch.OutOfMemoryError: Error in model executi".
+        (
+            [
+                '  File "/vllm-workspace/vllm/model_executor/models/ultravox.py", line 420, in _process_audio_input',
+                "    audio_features = self.audio_tower(audio_input)",
+                "torch.OutOfMemoryError: Error in model executi",
+            ],
+            "torch.OutOfMemoryError",
+            "encoder",
+        ),
+        # vllm#13074 / verl#647: Ray re-raises a worker's exception as RayTaskError(<cause class>), and the paste stops
+        # before the worker's own message.
+        (
+            [
+                '  File "/usr/local/lib/python3.12/dist-packages/ray/_private/worker.py", line 919, in get_objects',
+                "    raise value.as_instanceof_cause()",
+                "ray.exceptions.RayTaskError(OutOfMemoryError): ray::RayWorkerWrapper.execute_method() (pid=341, ip=10.66.6.64)",
+            ],
+            "ray.exceptions.RayTaskError(OutOfMemoryError)",
+            None,
+        ),
+    ],
+)
+def test_the_exception_line_alone_is_an_oom_with_its_message_missing(lines: list[str], exception: str, stage: str | None) -> None:
+    (oom,) = [e for e in feed(lines) if e.kind == KIND_OOM]
+    assert oom.get("exception") == exception and oom.get("requested_bytes") is None
+    if stage is not None:
+        assert oom.get("stage") == stage
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # A source line that handles the class is not one, nor is a log line that names it mid-sentence.
+        "    except torch.cuda.OutOfMemoryError:",
+        "INFO retrying after a torch.OutOfMemoryError: batch halved",
+        # The class name quoted bare (inline code in a bug report's prose) is a statement, not the exception line.
+        "torch.OutOfMemoryError",
+        # Ray with another cause class, and Ray's own memory-monitor kill (a bare ray.exceptions.OutOfMemoryError,
+        # read as the host's OOM elsewhere).
+        "ray.exceptions.RayTaskError(ValueError): ray::main_task() (pid=5, ip=10.1.200.6)",
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+    ],
+)
+def test_naming_the_class_elsewhere_is_not_the_exception_line(line: str) -> None:
+    assert [e for e in feed([line]) if e.kind == KIND_OOM] == []
 
 
 # --- formats found by reading the allocators' and checks' source across versions and forks -----------------
@@ -452,21 +489,6 @@ def test_the_oom_start_hint_holds_wherever_the_start_pattern_matches() -> None:
     assert started > 300
 
 
-def test_ray_names_a_remote_torch_oom_in_parentheses() -> None:
-    """vllm#13074 / verl#647: Ray re-raises a worker's exception as RayTaskError(<cause class>), and the
-    paste stops before the worker's own message. Near misses: another cause class, and Ray's own
-    memory-monitor kill (a bare ray.exceptions.OutOfMemoryError, read as the host's OOM elsewhere)."""
-    events = feed([
-        '  File "/usr/local/lib/python3.12/dist-packages/ray/_private/worker.py", line 919, in get_objects',
-        "    raise value.as_instanceof_cause()",
-        "ray.exceptions.RayTaskError(OutOfMemoryError): ray::RayWorkerWrapper.execute_method() (pid=341, ip=10.66.6.64)",
-    ])
-    (oom,) = [e for e in events if e.kind == KIND_OOM]
-    assert oom.get("exception") == "ray.exceptions.RayTaskError(OutOfMemoryError)" and oom.get("requested_bytes") is None
-    assert [e for e in feed(["ray.exceptions.RayTaskError(ValueError): ray::main_task() (pid=5, ip=10.1.200.6)"]) if e.kind == KIND_OOM] == []
-    assert [e for e in feed(["ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory."]) if e.kind == KIND_OOM] == []
-
-
 @pytest.mark.parametrize(
     "line",
     [
@@ -604,9 +626,16 @@ def test_host_memory_in_other_programs_words_is_never_a_device_oom(line: str, so
     assert [e for e in events if e.kind in (KIND_OOM, KIND_DRIVER_OOM)] == []
 
 
-def test_sglangs_token_pool_text_is_not_the_generic_statement() -> None:
-    """SGLang's allocator before its catalogue form: the SGLang parser's KV slot shortage, not a device OOM."""
-    assert [e for e in feed(["RuntimeError: Out of memory. Try to lower your batch size."]) if e.kind == KIND_DRIVER_OOM] == []
+def test_sglangs_token_pool_text_is_not_the_generic_statement(tmp_path) -> None:
+    """SGLang's allocator before its catalogue form: the SGLang parser reads the line (its KV slot shortage), so the last
+    resort is not asked of it."""
+    from oomdoctor.input.files import InputStats
+    from oomdoctor.pipeline.events import read_events
+
+    log = tmp_path / "x.log"
+    log.write_text("RuntimeError: Out of memory. Try to lower your batch size.\n")
+    events = read_events(str(log), InputStats(path=str(log)))
+    assert [e for e in events if e.kind == KIND_DRIVER_OOM] == [] and [e.kind for e in events if e.kind == "kv_alloc_fail"]
 
 
 def test_a_statement_on_a_llama_cpp_line_is_llama_cpps() -> None:

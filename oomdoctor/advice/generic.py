@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.advice.recommendation import PRIMARY, Recommendation, tensor_parallel_flag
 from oomdoctor.base.units import floor_to, format_bytes
+from oomdoctor.evidence.parsers.torch_oom import GGML_SOURCES
 from oomdoctor.memory import budget
 from oomdoctor.memory.derivation import Step
 
@@ -13,14 +14,9 @@ if TYPE_CHECKING:
     from oomdoctor.inference.facts import Facts
 
 
-# The device OOMs only ggml (llama.cpp, ollama) reports: its CUDA backend's cudaMalloc, its loader's buffer, and an
-# OOM stated on a line llama.cpp's own function tag begins.
-_GGML_SOURCES = frozenset({"ggml_cuda_malloc", "ggml_model_buffer", "ggml_statement"})
-
-
 def is_llama_cpp(f: Facts) -> bool:
     """Whether the failure is llama.cpp's (its flags, not PyTorch's, are the levers)."""
-    return f.get("driver_oom_source") in _GGML_SOURCES or f.get("ggml_buffer_usage") is not None
+    return f.get("driver_oom_source") in GGML_SOURCES or f.get("ggml_buffer_usage") is not None
 
 
 def scale_out_weights(f: Facts) -> list[Recommendation]:

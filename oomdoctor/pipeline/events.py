@@ -284,8 +284,10 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
     With ``node_scan`` (an input of a multi-input incident), the node step's lines are read on the
     same pass: the input is read once.
     """
-    parsers = (sg.SGLangParser(), vl.VLLMParser(), tt.TorchParser(), rc.RecordParser(), pasted.PastedParser())
-    # The catalogue's engine messages fill the gaps: a line a dedicated parser read is theirs.
+    torch = tt.TorchParser()
+    parsers = (sg.SGLangParser(), vl.VLLMParser(), torch, rc.RecordParser(), pasted.PastedParser())
+    # The catalogue's engine messages fill the gaps: a line a dedicated parser read is theirs. What neither reads, an
+    # out-of-memory statement in an error's form, is the last resort's (TorchParser.stated_oom).
     catalogue = em.EngineMessageParser()
     routes = tuple(_Route(p) for p in parsers)
     repeating = _repeating(tuple(getattr(p, "REPEATING", ()) for p in parsers))
@@ -357,7 +359,7 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
         # an engine's own failure message inside it ("... MQEngineDeadError: ... RuntimeError('Aborted due to the lack
         # of CPU swap space ...')") is still the catalogue's to read.
         if not any(r.line == line.ref.line and r.path == line.ref.path for e in read if e.kind not in _STRUCTURAL_KINDS for r in e.refs):
-            read = catalogue.feed(line)
+            read = catalogue.feed(line) or (torch.stated_oom(line) if line.anchored else [])
             cite(read)
         repeats.begin(line, read)
         # A line that says which phase the server was in (progress bars, serving traffic) is context

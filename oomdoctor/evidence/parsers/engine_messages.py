@@ -95,7 +95,7 @@ def _compiled(template: str) -> re.Pattern[str]:
 # oom_words.ENGINE_WORDS's "Not enough memory"), one list so the two cannot disagree.
 _KV_SHORTAGE_WORDS: tuple[str, ...] = (
     "ot enough", "nsufficient", "o available", "o free", "o enough", "allocate buffer for", "allocate KV", "allocate kv", "allocate the KV", "allocate the kv",
-    "KV cache is needed",
+    "cache is needed", "cache needs", "cache requires", "cache required",
 )
 
 
@@ -172,9 +172,10 @@ _KV_SHORTAGE_RE = LazyRegex(
     # The KV cache's own allocation failing: llama.cpp's "llama_kv_cache_init: failed to allocate buffer for kv cache"
     # (ollama relays it inside "failed to initialize the context: ..."), another engine's "failed to allocate KV cache".
     r"|\bfailed to allocate (?:the )?(?:buffer for (?:the )?)?(?:KV|kv)[ -]?cache\b"
-    # A KV cache that needs more than is available, in fewer words than vLLM's catalogued "To serve at least one
-    # request ... (1.75 GiB KV cache is needed, which is larger than the available KV cache memory (0.13 GiB))".
-    r"|(?:^|\s)(?:[A-Za-z_][\w.]*)?(?:Error|Exception)\s*:\s*\(?[\d.]+ ?Gi?B KV cache is needed\b",
+    # An exception saying the KV cache needs more than is available, in any engine's words and order ("1.75 GiB KV cache
+    # is needed, available 0.13 GiB", "the KV cache requires 3 GiB but only 1 GiB is free"); vLLM's own "To serve at
+    # least one request ..." is the catalogue's, read before this.
+    r"|(?:^|\s)(?:[A-Za-z_][\w.]*)?(?:Error|Exception)\s*:(?=.*\b(?:KV|kv) cache (?:is needed|needs|requires|required)\b)(?=.*\b(?:available|free)\b)",
 )
 # The KV cache running out while serving, in the words of engines no catalogue holds: llama.cpp's server giving up
 # on a batch ("failed to decode the batch: KV cache is full - try increasing it via the context size", before 2025

@@ -13,6 +13,9 @@ from oomdoctor.input.patterns import lazy
 FRAME_LINE = lazy("File ", r'^\s*File "([^"]+)", line \d+, in ([\w<>.]+)')
 # Frames anywhere in a line: pastes that joined a whole traceback onto one line with spaces.
 FRAME_ANYWHERE = lazy("File ", r'File "([^"]+)", line \d+, in ([\w<>.]+)')
+# The scanner's literals for a frame line in either form (CPython's quoted path; IPython's "File ~/x.py:49, in f",
+# "File /x.py:49", and JupyterLab's copied "File [~/x.py:49](url)").
+FRAME_ANCHORS: tuple[bytes, ...] = (b'File "', b"File ~", b"File [", b"File /")
 # IPython's frame: the path and line joined by a colon, the function by its qualified name and its arguments.
 _IPYTHON_FRAME = lazy("File ", r"^\s*File \[?((?:~|/|[A-Za-z]:\\)[^\s\]]*?\.pyx?):\d+(?:\]\([^)]*\))?, in ([\w<>.]+)")
 

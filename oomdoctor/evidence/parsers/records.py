@@ -13,7 +13,7 @@ import re
 
 from oomdoctor.base.evidence import Event, Line, LineRef
 from oomdoctor.base.oom_words import ALLOCATOR_WORDS
-from oomdoctor.evidence.parsers.frames import FRAME_ANYWHERE, frame_of
+from oomdoctor.evidence.parsers.frames import FRAME_ANCHORS, FRAME_ANYWHERE, frame_of
 from oomdoctor.input.patterns import lazy
 
 KIND_RECORD = "failure_record"
@@ -23,11 +23,7 @@ KIND_CLEAN_END = "clean_end"
 
 ANCHORS: tuple[bytes, ...] = (
     b"Traceback",
-    b'File "',
-    # IPython's frames (parsers/frames.py): "File ~/path.py:49, in f(...)", JupyterLab's "File [~/path.py:49](url)".
-    b"File ~",
-    b"File [",
-    b"File /",
+    *FRAME_ANCHORS,
     b"hit an exception",
     b"During handling of the above",
     b"direct cause of the following",

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING
 from oomdoctor.base.evidence import Event, Line, LineRef, ProcessUsage
 from oomdoctor.base.oom_words import ALLOCATOR_WORDS
 from oomdoctor.evidence import phase as phase_tables
-from oomdoctor.evidence.parsers import engine_messages
 from oomdoctor.evidence.parsers.captures import named, typed
-from oomdoctor.evidence.parsers.frames import frame_of
+from oomdoctor.evidence.parsers.frames import FRAME_ANCHORS, frame_of
 from oomdoctor.input.patterns import Dispatch, LazyRegex, lazy
 
 if TYPE_CHECKING:
@@ -32,11 +31,7 @@ ANCHORS: tuple[bytes, ...] = (
     *ALLOCATOR_WORDS,
     b"CUDA calloc",
     b"Traceback",
-    b'File "',
-    # IPython's frames (parsers/frames.py): "File ~/path.py:49, in f(...)", JupyterLab's "File [~/path.py:49](url)".
-    b"File ~",
-    b"File [",
-    b"File /",
+    *FRAME_ANCHORS,
     b"Killed",
     b"NO_MEMORY",
     b"can't allocate memory",
@@ -204,6 +199,9 @@ _DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     # only after plain host memory failed too) are the host's (ggml_host_buffer below).
     ("ggml_model_buffer", lazy("unable to allocate", r"unable to allocate (?!CPU|\w+_Host\b)(?:backend|[A-Z]\w*) buffer\b")),
 )
+# The device OOMs only ggml (llama.cpp, ollama) reports: its CUDA backend's cudaMalloc, its loader's buffer, and an
+# OOM stated on a line llama.cpp's own function tag begins (stated_oom): llama.cpp's flags are the levers then.
+GGML_SOURCES = frozenset({"ggml_cuda_malloc", "ggml_model_buffer", "ggml_statement"})
 # Sources whose message itself names the stage: llama.cpp's loader allocates that buffer only while placing the
 # model's tensors.
 _SOURCE_STAGE = {"ggml_model_buffer": "weight_loading"}
@@ -222,9 +220,6 @@ _OOM_STATEMENT_RE = lazy(
     re.I,
 )
 _LLAMA_CPP_TAG_RE = lazy(("llama_", "ggml_", "clip_", "mtmd_"), r"(?:llama|ggml|clip|mtmd)_\w*: ")
-# SGLang's token-pool allocator before its catalogue form ("Out of memory. Try to lower your batch size.", the
-# SGLang parser's kv_alloc): a KV slot shortage in its own words, not a device OOM.
-_ENGINE_KV_ALLOCATOR_WORDS = ("Try to lower your batch size", "This should never happen", "This should nerver happen")
 # A stream-ordered allocation an engine made itself: "::cudaMallocAsync(ptr, n, mCudaStream->get()):
 # out of memory" (TensorRT-LLM's CudaAllocatorAsync, tllmBuffers.h), its tail when a paste re-wrapped the
 # call ("ream->get()): out of memory (.../tllmBuffers.h:112)": the stream argument), FlashInfer's handler
@@ -600,15 +595,17 @@ class TorchParser:
                     values["requested_bytes"] = int(hm.group(1))
                 out.append(Event(KIND_HOST_OOM, (line.ref,), values))
                 return out
-        out.extend(self._stated_oom(line))
         return out
 
-    def _stated_oom(self, line: Line) -> list[Event]:
-        """The last resort (_OOM_STATEMENT_RE): an OOM stated by a runtime no table knows, with no numbers."""
+    def stated_oom(self, line: Line) -> list[Event]:
+        """The last resort (_OOM_STATEMENT_RE): an OOM stated by a runtime no table knows, with no numbers.
+
+        Asked only for a line no parser and no catalogue entry read (pipeline/events.py): SGLang's "Out of memory.
+        Try to lower your batch size." is the SGLang parser's, "Decode out of memory happened" the catalogue's. A
+        line this parser holds as part of an allocator message it is still joining is not one either.
+        """
         statement = line.msg.strip()
-        if not _OOM_STATEMENT_RE.search(statement) or any(w in statement for w in _ENGINE_KV_ALLOCATOR_WORDS):
-            return []
-        if engine_messages.recognise(" ".join(statement.split())) is not None:
+        if self._pending is not None or not _OOM_STATEMENT_RE.search(statement):
             return []
         frames = tuple(self._frames_of(line.ref.rank))
         stage, phase = classify_frames(frames)
