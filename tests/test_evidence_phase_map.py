@@ -139,3 +139,17 @@ def test_every_module_line_is_found_and_no_other() -> None:
         assert found is not None and found.phase == line.split(b"\t")[1].decode(), name
     for absent in ("a", "sglang.srt.model_executor.model_runner_v9", "vllm.v1.worker.gpu_model_runne", "zzz"):
         assert phase_map.module(absent) is None, absent
+
+
+def test_a_torch_layer_constructor_is_weight_creation_and_its_forward_is_not() -> None:
+    """torch/nn/modules/<layer>.py __init__ allocates the layer's parameters (a model built on the GPU by a script
+    whose model file no table names); the same layer's forward, or an __init__ elsewhere, says nothing of the kind."""
+    script = "/home/u/pyllama/llama/model_single.py"
+    linear = SITE + "torch/nn/modules/linear.py"
+    building = [(script, "__init__"), (script, "__init__"), (linear, "__init__")]
+    assert phase.classify_frames(building) == "weight_creation"
+    assert phase.classify_frames([(script, "__init__"), (SITE + "torch/nn/modules/sparse.py", "reset_parameters")]) == "weight_creation"
+    # Near misses: the layer's forward while serving, and a constructor outside torch's modules.
+    runner = SITE + "sglang/srt/model_executor/model_runner.py"
+    assert phase.classify_frames([(runner, "forward"), (runner, "forward_decode"), (linear, "forward")]) != "weight_creation"
+    assert phase.classify_frames([(SITE + "torch/utils/data/dataloader.py", "__init__")]) != "weight_creation"

@@ -357,3 +357,22 @@ def test_equal_odds_list_the_class_possible_in_more_of_a_servers_life_first() ->
     assert share["foreign_process"] > share["runtime_activation"] > share["weights_dont_fit"] > share["cuda_graph"]
     got = [c.klass for c in df.differential({"torch_oom": True, "oom_evident": True})]
     assert got[:2] == ["foreign_process", "runtime_activation"] and "cuda_graph" not in got[:3]
+
+
+def test_a_capture_bar_showing_almost_nothing_free_leads_to_the_capture() -> None:
+    """SGLang's piecewise capture bar at 0.05 GB free, then the OOM (sglang#14476): the capture ran out of what it
+    had; the same bar with 5 GiB free is no step (whatever failed, the capture still had room)."""
+    base = {"phase": "graph_capture", "phase_source": "frames"}
+    short = df.differential({**base, "capture_avail_bytes": 51 * MIB})
+    assert [c.klass for c in short][:2] == ["cuda_graph", "foreign_process"]
+    assert short[0].evidence_for == ("the CUDA graph capture's last step showed 51.00 MiB free just before the failure",)
+    assert df.leading(short) is not None and df.leading(short).klass == "cuda_graph"
+    roomy = df.differential({**base, "capture_avail_bytes": 5 * GIB})
+    assert roomy[0].likelihood == roomy[1].likelihood and df.leading(roomy) is None
+
+
+def test_the_capture_bars_free_memory_is_read_from_sglangs_piecewise_and_decode_bars() -> None:
+    log = FIXTURES / "field" / "sgl-sgl-project-sglang-14476.log"
+    d = diagnose([str(log)], RULES)
+    assert d.facts.get("capture_avail_bytes") == round(0.05 * GIB)
+    assert d.verdict_class == "cuda_graph" and d.findings[0].rule is None

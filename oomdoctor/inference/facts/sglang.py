@@ -139,6 +139,10 @@ def _graph_facts(f: Facts, events: list[Event], first_i: int) -> None:
     bars = [e for e in events[: first_i + 1] if e.kind == sg.KIND_GRAPH_BAR and e.get("bs") is not None]
     if bars:
         f.set("capture_last_bs", bars[-1].get("bs"), bars[-1].ref)
+    # Each bar step (decode or piecewise) prints the free memory as the capture goes on.
+    shown = [e for e in events[: first_i + 1] if e.kind == sg.KIND_GRAPH_BAR and e.get("avail_bytes") is not None]
+    if shown:
+        f.set("capture_avail_bytes", shown[-1].get("avail_bytes"), shown[-1].ref)
     f.set("timeline_stage", timeline_stage(events, first_i))
 
 
