@@ -362,13 +362,16 @@ def test_equal_odds_list_the_class_possible_in_more_of_a_servers_life_first() ->
 def test_a_capture_bar_showing_almost_nothing_free_leads_to_the_capture() -> None:
     """SGLang's piecewise capture bar at 0.05 GB free, then the OOM (sglang#14476): the capture ran out of what it
     had; the same bar with 5 GiB free is no step (whatever failed, the capture still had room)."""
-    base = {"phase": "graph_capture", "phase_source": "frames"}
+    base = {"phase": "graph_capture", "phase_source": "frames", "timeline_stage": "cuda_graph"}
     short = df.differential({**base, "capture_avail_bytes": 51 * MIB})
     assert [c.klass for c in short][:2] == ["cuda_graph", "foreign_process"]
     assert short[0].evidence_for == ("the CUDA graph capture's last step showed 51.00 MiB free just before the failure",)
     assert df.leading(short) is not None and df.leading(short).klass == "cuda_graph"
     roomy = df.differential({**base, "capture_avail_bytes": 5 * GIB})
     assert roomy[0].likelihood == roomy[1].likelihood and df.leading(roomy) is None
+    # A capture that ended with little free, then the server came up and a forward failed: no step for the capture.
+    later = {"phase": "serving", "phase_source": "frames", "timeline_stage": "serving", "server_ready": True, "capture_avail_bytes": 51 * MIB}
+    assert all(c.evidence_for == () for c in df.differential(later) if c.klass == "cuda_graph")
 
 
 def test_the_capture_bars_free_memory_is_read_from_sglangs_piecewise_and_decode_bars() -> None:
