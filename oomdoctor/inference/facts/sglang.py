@@ -135,12 +135,13 @@ def _graph_facts(f: Facts, events: list[Event], first_i: int) -> None:
     graph_end = next((e for e in events if e.kind == sg.KIND_GRAPH_END and e.get("mem_usage_bytes") is not None), None)
     if graph_end is not None:
         f.offer("cuda_graph_bytes", graph_end.get("mem_usage_bytes"), graph_end.ref, source=sg.KIND_GRAPH_END)
+    bars = [e for e in events[: first_i + 1] if e.kind == sg.KIND_GRAPH_BAR]
     # Only a decode bar's bs= is a batch size; a piecewise bar counts tokens.
-    bars = [e for e in events[: first_i + 1] if e.kind == sg.KIND_GRAPH_BAR and e.get("bs") is not None]
-    if bars:
-        f.set("capture_last_bs", bars[-1].get("bs"), bars[-1].ref)
+    sized = [e for e in bars if e.get("bs") is not None]
+    if sized:
+        f.set("capture_last_bs", sized[-1].get("bs"), sized[-1].ref)
     # Each bar step (decode or piecewise) prints the free memory as the capture goes on.
-    shown = [e for e in events[: first_i + 1] if e.kind == sg.KIND_GRAPH_BAR and e.get("avail_bytes") is not None]
+    shown = [e for e in bars if e.get("avail_bytes") is not None]
     if shown:
         f.set("capture_avail_bytes", shown[-1].get("avail_bytes"), shown[-1].ref)
     f.set("timeline_stage", timeline_stage(events, first_i))
