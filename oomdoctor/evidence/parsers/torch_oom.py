@@ -559,17 +559,7 @@ class TorchParser:
 
         for pattern, source in _DRIVER_DISPATCH.candidates(msg):
             if pattern.search(msg):
-                frames = tuple(self._frames_of(line.ref.rank))
-                stage, phase = classify_frames(frames)
-                driver: dict[str, object] = {"source": source, "stage": stage, "frames": frames[-40:]}
-                if stage == "unknown" and source in _SOURCE_STAGE:
-                    stage = phase = driver["stage"] = _SOURCE_STAGE[source]
-                    driver["stage_source"] = "message"
-                if _ASYNC_CALL_RE.search(msg):
-                    driver["call"] = "cudaMallocAsync"
-                if phase:
-                    driver["phase"] = phase
-                out.append(Event(KIND_DRIVER_OOM, (line.ref,), driver))
+                out.append(self._driver_oom(line, msg, source))
                 return out
         if "in function ggml_cuda_pool" in msg:
             pm = _GGML_POOL_RE.search(msg)
@@ -607,17 +597,24 @@ class TorchParser:
         statement = line.msg.strip()
         if self._pending is not None or not _OOM_STATEMENT_RE.search(statement):
             return []
-        frames = tuple(self._frames_of(line.ref.rank))
-        stage, phase = classify_frames(frames)
         # llama.cpp names the function on each line it logs ("llama_init_from_model: failed to allocate compute buffers:
         # out of memory"): its flags, not PyTorch's, are the levers then (advice/generic.is_llama_cpp).
         source = "ggml_statement" if _LLAMA_CPP_TAG_RE.match(statement) else "oom_statement"
-        stated: dict[str, object] = {"source": source, "stage": stage, "frames": frames[-40:]}
-        if _ASYNC_CALL_RE.search(statement):
-            stated["call"] = "cudaMallocAsync"
+        return [self._driver_oom(line, statement, source)]
+
+    def _driver_oom(self, line: Line, msg: str, source: str) -> Event:
+        """A device OOM without the allocator's numbers, its stage from the frames above it (or the message's own)."""
+        frames = tuple(self._frames_of(line.ref.rank))
+        stage, phase = classify_frames(frames)
+        driver: dict[str, object] = {"source": source, "stage": stage, "frames": frames[-40:]}
+        if stage == "unknown" and source in _SOURCE_STAGE:
+            stage = phase = driver["stage"] = _SOURCE_STAGE[source]
+            driver["stage_source"] = "message"
+        if _ASYNC_CALL_RE.search(msg):
+            driver["call"] = "cudaMallocAsync"
         if phase:
-            stated["phase"] = phase
-        return [Event(KIND_DRIVER_OOM, (line.ref,), stated)]
+            driver["phase"] = phase
+        return Event(KIND_DRIVER_OOM, (line.ref,), driver)
 
     def finish(self) -> list[Event]:
         return self._emit_pending()
