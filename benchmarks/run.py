@@ -189,7 +189,7 @@ def main() -> None:
     small_s, pass_s, small_ratio = paired([*oomdoctor_cmd(), str(SMALL)], bare, n=15)
     recorder = recorder_rows(out, args.chatty_mb)
     sample_s = nvml_sample_cost()
-    from oomdoctor.input.scan import scanner_name
+    from oomdoctor.input.scan_backends import scanner_name
     from oomdoctor.pipeline.events import ANCHORS
 
     imports = subprocess.run(

@@ -79,6 +79,40 @@ def test_every_layer_is_a_package_on_disk() -> None:
         assert (PKG / name / "__init__.py").is_file() or (PKG / f"{name}.py").is_file(), name
 
 
+# A module a newcomer can read whole: past this a module holds more than one job (issue 22's god modules
+# were 1,164 and 988 lines; the two last split were the scanner and its matchers, the torch parser and
+# its tables of other runtimes' OOM signatures).
+MAX_MODULE_LINES = 600
+# The top level of oomdoctor/: what users import or run there; everything else lives in a layer package.
+TOP_LEVEL_FILES = {"__init__.py", "__main__.py", "api.py", "capture.py", "py.typed"}
+
+
+def modules_over(limit: int, root: Path = PKG) -> dict[str, int]:
+    sizes = {str(p.relative_to(root)): len(p.read_text(encoding="utf-8").splitlines()) for p in root.rglob("*.py")}
+    return {name: n for name, n in sizes.items() if n > limit}
+
+
+def test_no_module_is_over_600_lines() -> None:
+    assert modules_over(MAX_MODULE_LINES) == {}
+
+
+def test_a_long_module_is_caught(tmp_path: Path) -> None:
+    (tmp_path / "short.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    assert modules_over(MAX_MODULE_LINES, tmp_path) == {"pkg/long.py": MAX_MODULE_LINES + 1}
+
+
+def test_the_top_level_holds_only_the_user_facing_modules_and_packages() -> None:
+    files = {p.name for p in PKG.iterdir() if p.is_file()}
+    assert files == TOP_LEVEL_FILES
+    folders = {p.name for p in PKG.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    # Layer packages, the capture hook's site directory, and data folders (no Python in those).
+    others = folders - set(oomdoctor.LAYERS) - {"_capture_site"}
+    assert others == {"data", "templates"}
+    assert not [p for name in others for p in (PKG / name).rglob("*.py")]
+
+
 def test_no_module_imports_a_layer_above_its_own() -> None:
     assert upward_imports(import_graph()) == []
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from oomdoctor.evidence.parsers import oom_signatures as sig
 from oomdoctor.evidence.parsers import sglang as sg
-from oomdoctor.evidence.parsers import torch_oom as tt
 from oomdoctor.evidence.parsers import vllm as vl
 from oomdoctor.input.patterns import Dispatch, LazyRegex, lazy
 from oomdoctor.input.prefixes import split_prefix, strip_ansi
@@ -21,8 +21,8 @@ from conftest import FIXTURES
 TABLES = {
     "sglang": sg._SIMPLE_DISPATCH,
     "vllm": vl._DISPATCH,
-    "torch_driver": tt._DRIVER_DISPATCH,
-    "torch_host": tt._HOST_DISPATCH,
+    "torch_driver": sig.DRIVER_DISPATCH,
+    "torch_host": sig.HOST_DISPATCH,
 }
 
 

@@ -1,4 +1,4 @@
-"""The scanner's backends (oomdoctor/input/scan.py) give the same diagnosis, byte for byte.
+"""The scanner's backends (oomdoctor/input/scan_backends.py) give the same diagnosis, byte for byte.
 
 Every fixture log (tests/fixtures/*/*.log, the field corpus included) is diagnosed once per
 installed backend, forced with OOMDOCTOR_SCANNER, and the JSON outputs are compared. The fixtures are
@@ -17,14 +17,14 @@ import pytest
 from oomdoctor.api import diagnose
 from oomdoctor.base.evidence import Line
 from oomdoctor.evidence.parsers import records as rc
-from oomdoctor.input import scan
+from oomdoctor.input import scan, scan_backends
 from oomdoctor.pipeline.events import ANCHORS
 from oomdoctor.report.render import json_out
 from oomdoctor.report.view import build_view
 
 from conftest import FIXTURES
 
-INSTALLED = [b for b in scan.BACKENDS if b in ("re", "find") or importlib.util.find_spec(b) is not None]
+INSTALLED = [b for b in scan_backends.BACKENDS if b in ("re", "find") or importlib.util.find_spec(b) is not None]
 # The two fast backends are compared on the whole JSON; the other two on the scanner's output (the
 # lines, numbers and flags the parsers get, which decide everything after), which is quicker.
 FAST = [b for b in ("hyperscan", "re2") if b in INSTALLED]
@@ -32,7 +32,7 @@ LOGS = sorted(FIXTURES.glob("*/*.log"))
 
 
 def _json(path: Path, backend: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv(scan.ENV_SCANNER, backend)
+    monkeypatch.setenv(scan_backends.ENV_SCANNER, backend)
     try:
         return json_out.render(build_view(diagnose([str(path)])))
     except Exception as exc:  # noqa: BLE001 - an error is an output too: it must be the same on every backend
@@ -69,7 +69,7 @@ def test_every_fixture_same_lines_on_every_backend(monkeypatch: pytest.MonkeyPat
 
 
 def _lines(chunks: list[bytes], backend: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[tuple[int, str, bool]], int]:
-    monkeypatch.setenv(scan.ENV_SCANNER, backend)
+    monkeypatch.setenv(scan_backends.ENV_SCANNER, backend)
     counter = [0]
     got = [(ln.ref.line, ln.msg, ln.anchored) for ln in scan.scan_lines(iter(chunks), "x", ANCHORS, counter, rc.BEFORE_ANCHORS)]
     return got, counter[0]
@@ -91,15 +91,15 @@ def test_line_numbers_and_first_anchor_rules(backend: str, monkeypatch: pytest.M
 
 
 def test_unknown_backend_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(scan.ENV_SCANNER, "grep")
+    monkeypatch.setenv(scan_backends.ENV_SCANNER, "grep")
     with pytest.raises(ValueError, match="OOMDOCTOR_SCANNER"):
         list(scan.scan_lines(iter([b"x\n"]), "x", ANCHORS, [0]))
 
 
 def test_default_keeps_matchers_off_small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(scan.ENV_SCANNER, raising=False)
-    assert scan.scanner_name(ANCHORS, 4096) == "find"
-    assert scan.scanner_name(ANCHORS, 1 << 20) in ("hyperscan", "re2", "re")
+    monkeypatch.delenv(scan_backends.ENV_SCANNER, raising=False)
+    assert scan_backends.scanner_name(ANCHORS, 4096) == "find"
+    assert scan_backends.scanner_name(ANCHORS, 1 << 20) in ("hyperscan", "re2", "re")
 
 
 class _SideLines:
@@ -121,7 +121,7 @@ def test_side_reader_gets_the_lines_a_scan_of_its_own_reads(backend: str, monkey
     scan with its own anchors, at chunk edges too; the main scan's lines are unchanged by it."""
     from oomdoctor.inference import nodes
 
-    monkeypatch.setenv(scan.ENV_SCANNER, backend)
+    monkeypatch.setenv(scan_backends.ENV_SCANNER, backend)
     multi = sorted((FIXTURES / "multi-node").rglob("*.log"))
     body = b"".join(p.read_bytes().rstrip(b"\n") + b"\n" for p in multi)
     big = body * (2 * (1 << 20) // len(body) + 1)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from oomdoctor.advice.recommendation import PRIMARY, Recommendation, tensor_parallel_flag
 from oomdoctor.base.units import floor_to, format_bytes
-from oomdoctor.evidence.parsers.torch_oom import GGML_SOURCES
+from oomdoctor.evidence.parsers.oom_signatures import GGML_SOURCES
 from oomdoctor.memory import budget
 from oomdoctor.memory.derivation import Step
 

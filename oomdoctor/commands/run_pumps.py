@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import BinaryIO
 
 from oomdoctor.base.oom_words import FAILURE_WORDS
-from oomdoctor.input.scan import choose
+from oomdoctor.input.scan_backends import choose
 
 # What in the child's output means "an OOM happened now" (checked on raw bytes, across chunk edges).
 TRIGGERS = FAILURE_WORDS

@@ -4,44 +4,23 @@ Most of a large server log is batch statistics. Each chunk is searched once for 
 (one multi-literal search); only lines holding an anchor, plus a few lines after each for messages
 that wrap, are decoded and handed to the parsers.
 
-One interface, several backends (``Backend.anchored_lines``), chosen at run time:
-
-- ``hyperscan`` (Intel's multi-literal matcher, about 3.5 GB/s here) where its wheel installs;
-- ``re2`` (one alternation run as a DFA, about 800 MB/s) otherwise;
-- ``re`` (the standard library's alternation, about 60 MB/s) when neither is installed;
-- ``find`` (one ``bytes.find`` pass per anchor; nothing to import or compile) for small chunks.
-
-By default a chunk under ``SMALL_CHUNK`` bytes (a small log is one such chunk) goes to ``find`` so
-that a small log never imports or compiles a matcher, and larger chunks go to the best installed
-one. ``OOMDOCTOR_SCANNER=hyperscan|re2|re|find`` forces one backend for every chunk (tests run every
-fixture through each and compare the JSON byte for byte). Every backend reports, per anchored line,
-the anchor a leftmost-first alternation finds first on it (the leftmost start, ties to the anchor
-listed first): that is what decides whether the lines above a failure are read too.
+The multi-literal search is one of the matchers of ``scan_backends`` (Hyperscan, RE2, ``re`` or
+``bytes.find``), chosen per chunk by its size.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-import re
 from collections import deque
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.evidence import Line, LineRef
 from oomdoctor.input.prefixes import split_prefix, strip_ansi
+from oomdoctor.input.scan_backends import ALL, choose, first_per_line
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
     from typing import Protocol
-
-    # The interface every backend below has; only annotations name it.
-    class Backend(Protocol):
-        name: str
-
-        def anchored_lines(self, chunk: bytes) -> list[tuple[int, int, int]]:
-            """(line start, index of the first anchor on it, the bit set of every anchor on it, or ALL
-            when the backend does not know them) for every line holding an anchor, in order."""
-            ...
 
     # A second reader of the same input (the node step): its own anchors, fed its anchored lines.
     class Side(Protocol):
@@ -62,166 +41,6 @@ UNREAD_KEPT = 4
 # Lines above a failure line that are also read, for the phase step's context (serving traffic,
 # loader or capture progress). Twelve covers a traceback header block and a few log lines.
 BEFORE_LINES = 12
-
-# The anchor bits of a line whose backend reported only its first anchor (re, RE2): every bit.
-ALL = -1
-
-ENV_SCANNER = "OOMDOCTOR_SCANNER"
-BACKENDS = ("hyperscan", "re2", "re", "find")
-# Chunks smaller than this are scanned with ``find`` in the default mode: 80 anchors over 32 KiB take
-# about 1 ms, less than importing and compiling a matcher.
-SMALL_CHUNK = 32 << 10
-
-
-def _hex(anchor: bytes) -> bytes:
-    """An anchor as a regex every backend reads the same way: each byte as ``\\xHH``."""
-    return b"".join(b"\\x%02x" % c for c in anchor)
-
-
-class _RegexBackend:
-    """An alternation of every anchor (RE2 or ``re``): finditer, leftmost-first, non-overlapping."""
-
-    def __init__(self, name: str, anchors: tuple[bytes, ...]) -> None:
-        self.name = name
-        pattern = b"|".join(_hex(a) for a in anchors)
-        if name == "re2":
-            import re2
-
-            self._re = re2.compile(pattern)
-        else:
-
-            self._re = re.compile(pattern)
-        self._index = {a: i for i, a in reversed(list(enumerate(anchors)))}
-
-    def anchored_lines(self, chunk: bytes) -> list[tuple[int, int, int]]:
-        out: list[tuple[int, int, int]] = []
-        last_end = -1
-        rfind, find, index = chunk.rfind, chunk.find, self._index
-        for m in self._re.finditer(chunk):
-            pos = m.start()
-            if pos <= last_end:
-                continue  # another anchor on a line already taken
-            out.append((rfind(b"\n", 0, pos) + 1, index[m.group()], ALL))
-            last_end = find(b"\n", pos)
-            if last_end < 0:
-                last_end = len(chunk)
-        return out
-
-
-def _first_per_line(chunk: bytes, hits: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
-    """(line start, first anchor, every anchor's bit) per line from (match start, anchor index) pairs in any order."""
-    # In (start, index) order a line's first hit is its leftmost anchor (ties to the one listed first), and the
-    # line's start and end are looked up once per line, not once per hit (a retraction line holds two anchors).
-    hits.sort()
-    out: list[tuple[int, int, int]] = []
-    rfind, find = chunk.rfind, chunk.find
-    line, first, mask, line_end = -1, 0, 0, -1
-    for start, i in hits:
-        if start > line_end:
-            if line >= 0:
-                out.append((line, first, mask))
-            line, first, mask = rfind(b"\n", 0, start) + 1, i, 1 << i
-            line_end = find(b"\n", start)
-            if line_end < 0:
-                line_end = len(chunk)
-        else:
-            mask |= 1 << i
-    if line >= 0:
-        out.append((line, first, mask))
-    return out
-
-
-class _HyperscanBackend:
-    """Hyperscan block mode over the anchors as literals; every match (overlapping too) is reported."""
-
-    name = "hyperscan"
-
-    def __init__(self, anchors: tuple[bytes, ...]) -> None:
-        import hyperscan
-
-        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        # The pure-literal compiler (Hyperscan >= 5.2): the anchors are literals, and it compiles them faster than
-        # the same bytes escaped as regular expressions (about 30 ms against 35 for 400 anchors), once per process.
-        self._db.compile(expressions=list(anchors), ids=list(range(len(anchors))), elements=len(anchors), literal=True)
-        self._lengths = [len(a) for a in anchors]
-
-    def hits(self, chunk: bytes) -> list[tuple[int, int]]:
-        """(match start, anchor index) of every match, overlapping ones too."""
-        hits: list[tuple[int, int]] = []
-        lengths = self._lengths
-
-        def on_match(i: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
-            hits.append((to - lengths[i], i))
-
-        self._db.scan(chunk, match_event_handler=on_match)
-        return hits
-
-    def anchored_lines(self, chunk: bytes) -> list[tuple[int, int, int]]:
-        return _first_per_line(chunk, self.hits(chunk))
-
-
-class _FindBackend:
-    """One ``bytes.find`` pass per anchor: no import, no compilation; for small chunks."""
-
-    name = "find"
-
-    def __init__(self, anchors: tuple[bytes, ...]) -> None:
-        self._anchors = anchors
-
-    def hits(self, chunk: bytes) -> list[tuple[int, int]]:
-        """(match start, anchor index) of every match, overlapping ones too."""
-        hits: list[tuple[int, int]] = []
-        find = chunk.find
-        for i, anchor in enumerate(self._anchors):
-            pos = find(anchor)
-            while pos >= 0:
-                hits.append((pos, i))
-                pos = find(anchor, pos + 1)
-        return hits
-
-    def anchored_lines(self, chunk: bytes) -> list[tuple[int, int, int]]:
-        return _first_per_line(chunk, self.hits(chunk))
-
-
-@functools.lru_cache(maxsize=16)
-def backend(anchors: tuple[bytes, ...], name: str) -> Backend:
-    """The backend ``name`` for ``anchors`` (compiled once per process); ImportError when not installed."""
-    if name == "hyperscan":
-        return _HyperscanBackend(anchors)
-    if name in ("re2", "re"):
-        return _RegexBackend(name, anchors)
-    if name == "find":
-        return _FindBackend(anchors)
-    raise ValueError(f"{ENV_SCANNER}={name!r}: not one of {', '.join(BACKENDS)}")
-
-
-@functools.lru_cache(maxsize=16)
-def _best(anchors: tuple[bytes, ...]) -> Backend:
-    """The fastest installed backend for large chunks."""
-    for name in ("hyperscan", "re2"):
-        try:
-            return backend(anchors, name)
-        except ImportError:
-            continue
-        except Exception:  # noqa: BLE001 - a wheel that imports but cannot compile (CPU without SSSE3): use the next
-            continue
-    return backend(anchors, "re")
-
-
-def choose(anchors: tuple[bytes, ...], chunk_len: int) -> Backend:
-    """The backend for one chunk: the forced one (``OOMDOCTOR_SCANNER``), else by the chunk's size."""
-    forced = os.environ.get(ENV_SCANNER, "").strip().lower()
-    if forced and forced != "auto":
-        return backend(anchors, forced)
-    if chunk_len < SMALL_CHUNK:
-        return backend(anchors, "find")
-    return _best(anchors)
-
-
-def scanner_name(anchors: tuple[bytes, ...], chunk_len: int = SMALL_CHUNK) -> str:
-    """The backend a chunk of ``chunk_len`` bytes would get (for reports and benchmarks)."""
-    return choose(anchors, chunk_len).name
-
 
 def _cr_segments(physical: bytes, anchors: tuple[bytes, ...]) -> list[bytes]:
     """The parts of a line that carriage returns split (ranks sharing a stderr, progress bars redrawn).
@@ -495,7 +314,7 @@ class _Scan:
         n, side_of = len(self.anchors), self.side_of
         ours = [h for h in every if h[1] < n]
         theirs = [(start, side_of[i]) for start, i in every if i in side_of]
-        return _first_per_line(chunk, ours), _first_per_line(chunk, theirs)
+        return first_per_line(chunk, ours), first_per_line(chunk, theirs)
 
     def _side_starts(self, chunk: bytes, found: list[tuple[int, int, int]]) -> list[int]:
         """The starts of the side's lines in ``chunk``: its anchored lines and the CONTEXT_LINES after each."""
