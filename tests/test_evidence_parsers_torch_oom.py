@@ -463,6 +463,12 @@ def test_driver_and_library_allocation_failures(text: str, source: str) -> None:
         "WARNING: this run might go out of memory with a batch of 64",
         "Out of memory errors are common with long prompts",
         "    except RuntimeError:  # out of memory",
+        # The one-word code is the exception class's only with its colon-led form; host memory is not the device's.
+        "raise OutOfMemoryError(msg)",
+        "Error Code 2: OutOfMemoryError handler installed",
+        "ERROR: failed to allocate host memory for the pinned buffer",
+        "failed to allocate port 8000",
+        "Allocated device memory: 12.00 GiB",
         # SGLang's retraction notice is the catalogue's (a normal answer to a full KV pool), never an OOM.
         "Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: 0.0980 -> 0.9446",
     ],
@@ -497,6 +503,11 @@ def test_the_oom_start_hint_holds_wherever_the_start_pattern_matches() -> None:
         "llama_init_from_model: failed to allocate compute buffers: out of memory",
         "Out of memory while allocating the KV cache",
         "FATAL ERROR: OUT OF MEMORY",
+        # TensorRT names the error code in one word (NVIDIA/TensorRT-LLM#1609, a field case).
+        "[05/15/2024-14:03:05] [TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::155] Error Code 2: OutOfMemory (no further information)",
+        # AWS Neuron's runtime allocator under DJL Serving (deepjavalibrary/djl-serving#1847, a field case).
+        "ERROR  TDRV:dmem_alloc_internal                     Failed to alloc DEVICE memory: 469762048",
+        "unable to allocate 2.00 GiB of GPU memory for the workspace",
     ],
 )
 def test_a_runtime_no_table_knows_stating_an_oom_is_an_oom_without_numbers(line: str) -> None:
@@ -660,3 +671,39 @@ def test_rays_dead_worker_is_a_weak_kill() -> None:
     (host,) = [e for e in feed([line]) if e.kind == KIND_HOST_OOM]
     assert (host.get("source"), host.get("strength")) == ("ray_worker_died", "weak")
     assert [e for e in feed(["(raylet) The worker exited normally after finishing its tasks."]) if e.kind == KIND_HOST_OOM] == []
+
+
+# PyTorch's caching allocator warns before it raises (c10 CUDACachingAllocator.cpp, TORCH_WARN, 2.8 and later), in the
+# form real logs show (wtdcode/vllm-backport#94, a field case; the same line under `[rank0]:[W922 05:15:28]`).
+ALLOCATOR_WARNING = (
+    "[rank5]:[W1203 09:27:46.123456 CUDACachingAllocator.cpp:3933] memory allocation failed with OOM on device 5 "
+    "while trying to allocate 671088640 bytes (free: 513736704, total: 85095874560)."
+)
+
+
+def test_the_allocator_warning_alone_is_an_oom_with_its_figures() -> None:
+    (oom,) = [e for e in feed([ALLOCATOR_WARNING]) if e.kind == KIND_OOM]
+    assert (oom.get("device"), oom.get("requested_bytes"), oom.get("free_bytes"), oom.get("capacity_bytes")) == (5, 671088640, 513736704, 85095874560)
+    assert oom.get("complete") is True
+
+
+def test_a_warning_hard_wrapped_before_while_is_joined() -> None:
+    first, rest = ALLOCATOR_WARNING.split(" while ")
+    (oom,) = [e for e in feed([first, "  while " + rest]) if e.kind == KIND_OOM]
+    assert oom.get("requested_bytes") == 671088640 and oom.get("capacity_bytes") == 85095874560
+    assert [r.line for r in oom.refs] == [1, 2]
+
+
+def test_the_message_after_the_warning_is_the_failure_and_the_warning_is_not_counted_again() -> None:
+    """The warning comes before the traceback; the OutOfMemoryError at its end carries the frames and every figure."""
+    traceback = [
+        "Traceback (most recent call last):",
+        '  File "/x/vllm/v1/worker/gpu_model_runner.py", line 1, in execute_model',
+        "    hidden = self.model(x)",
+        ERA2,
+    ]
+    with_warning = [e for e in feed([ALLOCATOR_WARNING, *traceback]) if e.kind == KIND_OOM]
+    without = [e for e in feed(traceback) if e.kind == KIND_OOM]
+    assert len(with_warning) == 1
+    assert with_warning[0].values == without[0].values
+    assert with_warning[0].ref.line == 5 and with_warning[0].get("stage") == without[0].get("stage") != "unknown"

@@ -203,3 +203,19 @@ def test_an_engine_message_inside_a_traceback_end_or_a_failure_notice_is_still_r
     other = tmp_path / "other.log"
     other.write_text(head + "RuntimeError('NCCL error: unhandled system error').\n")
     assert diagnose([str(other)]).verdict_class == "none"
+
+
+def test_the_allocator_warning_before_a_full_oom_changes_no_verdict(tmp_path: Path) -> None:
+    """PyTorch 2.8+ warns from its allocator before the traceback; the diagnosis of the whole record stays the one
+    without the warning (the message after it decides the numbers, the frames and the phase)."""
+    from oomdoctor.api import diagnose
+
+    log = FIXTURES / "runtime-activation-oom" / "pos_prefill_oom_2026.log"
+    lines = log.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if "hit an exception" in line)
+    warned = tmp_path / log.name
+    warning = "[rank0]:[W302 11:20:31.000000 CUDACachingAllocator.cpp:3933] memory allocation failed with OOM on device 0 while trying to allocate 1342177280 bytes (free: 1095216660, total: 85031714816)\n"
+    warned.write_text("".join([*lines[:at], warning, *lines[at:]]))
+    before, after = diagnose([str(log)]), diagnose([str(warned)])
+    assert (after.verdict_class, after.verdict_confidence) == (before.verdict_class, before.verdict_confidence) == ("runtime_activation", before.verdict_confidence)
+    assert after.findings[0].recommendations == before.findings[0].recommendations

@@ -12,8 +12,9 @@ import re
 # Every allocator and runtime OOM line carries one of these: PyTorch's "CUDA out of memory" and
 # OutOfMemoryError, the CUDA runtime and driver, NCCL, HIP, Ascend's NPU, cuBLAS's
 # CUBLAS_STATUS_ALLOC_FAILED, the kernel driver's "NVRM: ... Out of memory"; other runtimes' title case and
-# capitals ("TT_FATAL: Out of Memory: Not enough space to allocate ...").
-ALLOCATOR_WORDS: tuple[bytes, ...] = (b"out of memory", b"Out of memory", b"Out of Memory", b"OUT OF MEMORY", b"OutOfMemory", b"ALLOC_FAILED")
+# capitals ("TT_FATAL: Out of Memory: Not enough space to allocate ..."); PyTorch's caching allocator's
+# own warning before it raises ("memory allocation failed with OOM on device 5 while trying to allocate ...").
+ALLOCATOR_WORDS: tuple[bytes, ...] = (b"out of memory", b"Out of memory", b"Out of Memory", b"OUT OF MEMORY", b"OutOfMemory", b"ALLOC_FAILED", b"failed with OOM")
 # The engines' own startup memory failures, which carry none of those words (SGLang, vLLM).
 ENGINE_WORDS: tuple[bytes, ...] = (
     b"Not enough memory",

@@ -83,10 +83,16 @@ SOURCE_STAGE = {"ggml_model_buffer": "weight_loading"}
 # has none of these forms. Read as an OOM without numbers (a driver-level one): its class comes from the
 # phase, as for "CUDA error: out of memory".
 OOM_STATEMENT_RE = lazy(
-    ("out of memory", "Out of memory", "Out of Memory", "Out Of Memory", "OUT OF MEMORY"),
+    ("out of memory", "Out of memory", "Out of Memory", "Out Of Memory", "OUT OF MEMORY", "OutOfMemory", "memory"),
     r"^\W{0,3}out of memory\b(?!\s+(?:errors?|issues?|problems?)\b)"
     r"|^(?:\w+ )?[\w.]*(?:error|exception|fatal|failure)\w*\s*:\s*(?:[\w .]{0,40}:\s*)?(?:cuda |gpu |device )?out of memory\b"
-    r"|\b(?:failed|unable|cannot|could not|can't)\b[^.:]{0,80}:\s*out of memory\b",
+    r"|\b(?:failed|unable|cannot|could not|can't)\b[^.:]{0,80}:\s*out of memory\b"
+    # An error code or status named for it in one word (TensorRT's "Error Code 2: OutOfMemory (no further
+    # information)"); not the exception class OutOfMemoryError, which the allocator message's parsers read.
+    r"|\b(?:error|status)(?:\s+code)?\s*\d*\s*:\s*out_?of_?memory\b"
+    # A device allocation that failed, in the words of a runtime's own allocator (AWS Neuron's "Failed to alloc
+    # DEVICE memory: 469762048"); host memory is not the device's (the host patterns read that).
+    r"|\b(?:failed|unable|cannot|could not|can't)\s+(?:to\s+)?alloc(?:ate)?\b(?:[^.:]|\.\d){0,60}?\b(?:device|gpu|vram|hbm)\s+memory\b",
     re.I,
 )
 LLAMA_CPP_TAG_RE = lazy(("llama_", "ggml_", "clip_", "mtmd_"), r"(?:llama|ggml|clip|mtmd)_\w*: ")

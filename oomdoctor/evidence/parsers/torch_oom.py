@@ -75,6 +75,11 @@ ANCHORS: tuple[bytes, ...] = (
     b"code 137",
     b"status 137",
     b"signal: Killed",
+    # A runtime's own failed allocation of device memory (AWS Neuron's "Failed to alloc DEVICE memory", the last
+    # resort's statement); not every "failed to allocate" (llama.cpp's compute-buffer lines are ggml's).
+    b"alloc DEVICE memory",
+    b"allocate device memory",
+    b"allocate GPU memory",
     # Other runtimes' device OOMs (oom_signatures.DRIVER_PATTERNS) and ollama's host check.
     b"OOM when allocating",
     b"memory allocation of",
@@ -97,13 +102,18 @@ _OOM_START_RE = named(None,
     # The allocator body without its header (a re-wrapped or cut paste): a byte size, then the device clause.
     # SGLang's token pool says "Try to allocate N tokens" and never matches.
     r"|(?<![A-Za-z])Tried\s*to\s*allocate\s*\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)\s*[.(]?\s*\(?\s*(?:GPU|NPU|XPU|MLU|device)\s*\d+\s*(?:has|;)"
+    # The caching allocator's own warning (c10 CUDACachingAllocator.cpp, TORCH_WARN, PyTorch 2.8 and later), printed
+    # when a device allocation fails, before the OutOfMemoryError (or alone when a caller catches it, or a paste kept
+    # only it): "memory allocation failed with OOM on device 5 while trying to allocate 671088640 bytes (free:
+    # 513736704, total: 85095874560)".
+    r"|(?<![A-Za-z])memory\s*allocation\s*failed\s*with\s*OOM\s*on\s*device\b"
 )
 # Every match of _OOM_START_RE holds one of these, and they are found fast: the full pattern, with its
 # look-behind tried at every position, took ~100 us on a 300-character line that holds no OOM.
-_OOM_START_HINT = lazy(("memory", "allocate"), r"out\s*of\s*memory|Out\s*of\s*memory|Tried\s*to\s*allocate")
+_OOM_START_HINT = lazy(("memory", "allocate"), r"out\s*of\s*memory|Out\s*of\s*memory|Tried\s*to\s*allocate|failed\s*with\s*OOM")
 _OOM_COMPLETE_RE = lazy(None,
     r"reserved\s*by\s*PyTorch\s*but\s*unallocated|reserved\s*in\s*total\s*by\s*PyTorch\s*\)|\bcached\s*\)"
-    r"|See\s*documentation|PYTORCH_(?:CUDA_)?ALLOC_CONF|PYTORCH_MPS_HIGH_WATERMARK_RATIO"
+    r"|See\s*documentation|PYTORCH_(?:CUDA_)?ALLOC_CONF|PYTORCH_MPS_HIGH_WATERMARK_RATIO|total:\s*\d+\s*\)"
 )
 # Group names say unit and output key (captures.py): a *_size group is "2.00 GiB" read as capacity_bytes.
 # A request is read as a request (``_ask``): one larger than any card is the diagnosis, not a misprint.
@@ -121,6 +131,12 @@ _ERA0_RE = named("total",
     rf"\(\s*(?:GPU|NPU|XPU|MLU)\s*(?P<device_n>\d+)\s*;\s*(?P<capacity_size>{_SIZE})\s*total\s*capac(?:i)?ty\s*;\s*"
     rf"(?:(?P<allocated_size>{_SIZE})\s*already\s*allocated\s*;\s*)?(?:{_SIZE}\s*current\s*active\s*;\s*)?(?:(?P<free_size>{_SIZE})\s*free\s*;\s*)?"
     rf"(?:(?P<allowed_size>{_SIZE})\s*allowed\s*;\s*)?(?P<reserved_size>{_SIZE})\s*(?:reserved\s*in\s*total\s*by\s*PyTorch|(?P<cached_flag>cached))"
+)
+_WARNING_START_RE = lazy(None, r"memory\s*allocation\s*failed\s*with\s*OOM")
+# The allocator warning's figures, in bytes: the device, the request, and the device's free and total memory.
+_WARNING_FIGURES_RE = named("OOM",
+    r"OOM\s*on\s*device\s*(?P<device_n>\d+)\s*while\s*trying\s*to\s*allocate\s*(?P<requested_bytes>\d+)\s*bytes"
+    r"(?:\s*\(\s*free:\s*(?P<free_bytes>\d+)\s*,\s*total:\s*(?P<capacity_bytes>\d+)\s*\))?"
 )
 # "Process has X" without a PID (a redacted or cut paste) is a process of unknown identity, not this one.
 _PROCESS_RE = named("memory", rf"(?:Process\s*(?P<pid_n>\d+)|(?P<this_flag>this\s*process)|Process)\s*has\s*(?P<used_size>{_SIZE})\s*memory\s*in\s*use")
@@ -235,6 +251,8 @@ def _parsed_oom_message(text: str) -> dict:
                 values["reserved_unallocated_bytes"] = max(reserved - allocated, 0)
         if era0.group("allowed_size"):
             values["allowed_bytes"] = v.get("allowed_bytes")  # None when implausible: then no other "allowed" is read
+    elif (warning := _WARNING_FIGURES_RE.search(text)) is not None:
+        values.update(typed(warning))  # device, requested_bytes, free_bytes, capacity_bytes
     processes: list[ProcessUsage] = []
     for pm in _PROCESS_RE.finditer(text):
         p = sizes(pm)
@@ -276,6 +294,8 @@ class TorchParser:
         self._frames: dict[str | None, deque[tuple[str, str]]] = {}
         # (line refs, joined message, rank, exception name, wrapper seen before the message)
         self._pending: tuple[list[LineRef], str, str | None, str | None, str | None] | None = None
+        # Allocator warnings not yet followed by an allocator message (_emit_pending).
+        self._warnings: list[Event] = []
 
     @property
     def pending(self) -> bool:
@@ -310,7 +330,15 @@ class TorchParser:
             values["phase"] = phase
         values["frames"] = frames[-40:]
         values["message"] = text[:2000]
-        return [Event(KIND_OOM, tuple(refs), values)]
+        event = Event(KIND_OOM, tuple(refs), values)
+        if _WARNING_START_RE.match(text):
+            # The allocator's warning comes before the traceback and the OutOfMemoryError that carry the frames and
+            # every figure: it is held, and a message after it (the same failure's) replaces it. Alone (a paste that
+            # kept only the warning) it is the failure, at the end of the input.
+            self._warnings.append(event)
+            return []
+        self._warnings.clear()
+        return [event]
 
     @staticmethod
     def _continues(line: Line, rank: str | None) -> bool:
@@ -421,4 +449,7 @@ class TorchParser:
         return Event(KIND_DRIVER_OOM, (line.ref,), driver)
 
     def finish(self) -> list[Event]:
-        return self._emit_pending()
+        out = self._emit_pending()
+        out.extend(self._warnings)
+        self._warnings = []
+        return out
