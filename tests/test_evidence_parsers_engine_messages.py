@@ -180,6 +180,8 @@ def test_prose_or_another_shortage_is_not_that_failure(line: str, tmp_path) -> N
         "srv  update_slots: failed to decode the batch: KV cache is full - try increasing it via the context size, i = 0, n_batch = 512, ret = 1",
         "update_slots : failed to decode the batch, n_batch = 1, ret = 1",  # llama.cpp before 2025 (llama.cpp#4185)
         "decode: failed to find KV cache slot for ubatch of size 512",
+        # The same check since llama.cpp's KV cache became its "memory" (llama-context.cpp, 2025).
+        "738.50.638.082 W decode: failed to find a memory slot for batch of size 32",
         "panic: failed to decode batch: could not find a kv cache slot (length: 6656)",  # ollama#10127
         "ERROR phase_continue_prefills::run_standard: Prefill chunk error: KV cache exhausted: no free blocks",
     ],
@@ -197,6 +199,9 @@ def test_the_kv_cache_run_out_while_serving_in_any_engines_words(line: str, tmp_
         # A retry on a smaller batch is not the failure yet, nor is a batch that failed with room to spare.
         "update_slots : failed to find free space in the KV cache, retrying with smaller n_batch = 256",
         "update_slots : failed to decode the batch, n_batch = 512, ret = -1",
+        "W srv        decode: failed to find free space in the KV cache, retrying with smaller batch size, off = 2016, n_batch = 512, ret = 1",
+        # Another kind of slot: a memory slot of an allocator table, not a batch's room in the cache.
+        "failed to find a memory slot in the registration table",
     ],
 )
 def test_a_retry_or_another_decode_failure_is_not_kv_exhaustion(line: str, tmp_path) -> None:

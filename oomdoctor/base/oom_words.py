@@ -28,3 +28,16 @@ FAILURE_WORDS: tuple[bytes, ...] = ALLOCATOR_WORDS + ENGINE_WORDS
 def failure_pattern(*extra: str) -> str:
     """A regular expression (for str) matching any failure word, or one of ``extra`` (regex pieces)."""
     return "|".join((*(re.escape(w.decode()) for w in FAILURE_WORDS), *extra))
+
+
+# A message that says a memory budget was short, in a program's own words rather than an allocator's ("cache budget
+# too small: minimum plan ... needs 8261206016 B > budget 6734265712 B", "not enough GPU memory for the buffers",
+# "the model requires more memory than the budget allows"): an OOM in its words, whatever the exception's class.
+# An illegal memory access, a memory-mapped file, a shared-memory segment are not budgets.
+MEMORY_SHORTAGE = (
+    r"(?i)\b(?:memory|vram|hbm)\s+budget\b.{0,80}?\b(?:too small|exceed\w*|insufficient)\b"
+    r"|\bbudget\s+(?:is\s+)?too small\b"
+    r"|\bneeds?\s+\d+(?:\.\d+)?\s*(?:[KMGT]i?)?B\s*>\s*(?:the\s+)?budget\b"
+    r"|\b(?:not enough|insufficient)\s+(?:gpu\s+|device\s+|free\s+)?memory\b"
+    r"|\brequires?\s+more\s+(?:gpu\s+|device\s+)?memory\s+than\b"
+)

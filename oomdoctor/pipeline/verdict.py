@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from oomdoctor.base.oom_words import MEMORY_SHORTAGE
 from oomdoctor.evidence import phase as phase_step
 from oomdoctor.evidence.parsers import sglang as sg
 from oomdoctor.evidence.readings import Readings
@@ -222,7 +224,18 @@ def no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputS
         message = (facts.get("terminal_exception_message") or "")[:160] if facts is not None else ""
         ref = facts.ref("terminal_exception") if facts is not None else None
         where = f" at {ref.path}:{ref.line}" if ref is not None else ""
-        summary += f" The run ended with {terminal}{where}" + (f": {message}" if message else "") + "; that is not an out-of-memory error, and no memory flag fixes it."
+        if re.search(MEMORY_SHORTAGE, message):
+            # A program's own check that its memory budget is short (an assertion, a ValueError) is an OOM in its
+            # words, whatever the exception's class: not confidently "no OOM".
+            value = 0.5
+            factors = [confidence.Factor("the exception's message speaks of a memory budget that is short", -0.4)]
+            summary = (
+                f"No allocator's out-of-memory error in the input, but the run ended with {terminal}{where} and its message says a "
+                f"memory budget was short: {message}. If that is the program's own check before it allocates, give it more memory "
+                "(its memory fraction, or free the GPU), as for a KV cache that does not fit at start-up."
+            )
+        else:
+            summary += f" The run ended with {terminal}{where}" + (f": {message}" if message else "") + "; that is not an out-of-memory error, and no memory flag fixes it."
     elif facts is not None and facts.get("clean_end"):
         value, factors = 0.9, []
         summary += " The server shut down cleanly."

@@ -180,12 +180,13 @@ _KV_SHORTAGE_RE = LazyRegex(
 # The KV cache running out while serving, in the words of engines no catalogue holds: llama.cpp's server giving up
 # on a batch ("failed to decode the batch: KV cache is full - try increasing it via the context size", before 2025
 # "failed to decode the batch, n_batch = 1, ret = 1" after its "failed to find free space in the KV cache, retrying"),
-# its "failed to find KV cache slot for ubatch of size 512", ollama's runner ("could not find a kv cache slot"),
+# its "failed to find KV cache slot for ubatch of size 512" (since llama.cpp's KV cache became its "memory", 2025:
+# "decode: failed to find a memory slot for batch of size 32"), ollama's runner ("could not find a kv cache slot"),
 # others' "KV cache exhausted: no free blocks". A retry on a smaller batch is not yet the failure.
-_KV_EXHAUSTED_WORDS: tuple[str, ...] = ("failed to decode the batch", "KV cache slot", "kv cache slot", "KV cache exhausted", "kv cache exhausted")
+_KV_EXHAUSTED_WORDS: tuple[str, ...] = ("failed to decode the batch", "KV cache slot", "kv cache slot", "memory slot for batch", "KV cache exhausted", "kv cache exhausted")
 _KV_EXHAUSTED_RE = LazyRegex(
     _KV_EXHAUSTED_WORDS,
-    r"failed to decode the batch(?::\s*KV cache is full|, n_batch = 1\b)|failed to find (?:a )?KV cache slot|could not find a kv cache slot"
+    r"failed to decode the batch(?::\s*KV cache is full|, n_batch = 1\b)|failed to find (?:a )?KV cache slot|failed to find a memory slot for u?batch|could not find a kv cache slot"
     r"|\b(?:KV|kv) cache (?:is )?exhausted",
 )
 _KV_EXHAUSTED = Entry("an engine outside the catalogue", "", "", "kv_alloc", "kv_exhaustion", True, "its own line", "")
