@@ -28,6 +28,20 @@ def test_a_chain_of_close_pids_is_one_launch_and_the_log_names_pids() -> None:
     assert sorted(fam.family(procs, known_pids=[21904]).pids) == [21807, 21904]
 
 
+def test_pids_between_two_the_log_names_are_of_the_launch() -> None:
+    # vLLM-Omni (vllm-omni#6426's PIDs): the API server, then each stage's engine after the one before it loaded, hundreds
+    # of PIDs apart; a tenant started before the server or after its last stage is not of the launch.
+    procs = [P(14071, None, round(43.66 * GIB), 0), P(14929, None, round(3.57 * GIB), 0), P(9000, None, 20 * GIB, 0), P(40000, None, 5 * GIB, 0)]
+    assert sorted(fam.family(procs, known_pids=[13654, 15742]).pids) == [14071, 14929]
+    assert fam.launch_members([13654, 15742], [14071, 14929, 9000, 40000, 15742]) == {14071, 14929, 15742}
+
+
+def test_one_pid_the_log_names_opens_no_window() -> None:
+    assert fam.launch_members([15742], [14071, 14929, 15742]) == {15742}
+    found = fam.family([P(14071, None, 40 * GIB, 0), P(17500, None, 4 * GIB, 0)], known_pids=[15742])
+    assert (sorted(found.pids), found.how) == ([14071], "assumed")
+
+
 def test_without_a_name_the_largest_on_the_failing_gpu_is_assumed() -> None:
     procs = [P(100, "python", 60 * GIB, 0), P(5000, "python", 10 * GIB, 0), P(7000, "python", 70 * GIB, 1)]
     found = fam.family(procs, failing_gpu=0)

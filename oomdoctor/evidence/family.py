@@ -15,6 +15,9 @@ memory (a CUDA context is 0.3-1 GiB; a rank's weights and KV are most of a card)
 4. **consecutive PIDs**: one launch starts its processes within moments, so their PIDs lie close
    (the threads each starts take PIDs too: vLLM's workers come some 80 PIDs after its engine core).
    A process within ``FAMILY_PID_GAP`` of a family member is of the same launch.
+5. **inside the launch**: a process whose PID lies between two PIDs the log names as the server's was started
+   while the server was starting its own (a multi-stage server such as vLLM-Omni starts each stage's engine
+   after the one before it has loaded, hundreds of PIDs apart, with its API server before them all).
 
 Without 1-3 nothing shows which process is the server; ``family`` then takes the largest one on the
 failing GPU and says the identity is assumed. Pure.
@@ -119,11 +122,20 @@ class Family(NamedTuple):
     how: str
 
 
+def launch_members(known_pids: Iterable[int], listed: Iterable[int]) -> set[int]:
+    """The listed PIDs the log names as the server's, and those between the lowest and highest it names (5 above)."""
+    known = set(known_pids)
+    if len(known) < 2:
+        return known & set(listed)
+    low, high = min(known), max(known)
+    return {pid for pid in listed if pid in known or low < pid < high}
+
+
 def family(processes: Iterable[GpuProcess], known_pids: Iterable[int] = (), failing_gpu: int | str | None = None) -> Family:
     """The server's processes among ``processes``: the named ones and the PIDs consecutive with them."""
     procs = [(p.pid, p) for p in processes if p.pid is not None]
     listed = {pid for pid, _ in procs}
-    seeds = {pid for pid, p in procs if engine_title(p.name)} | (set(known_pids) & listed)
+    seeds = {pid for pid, p in procs if engine_title(p.name)} | launch_members(known_pids, listed)
     how = "named"
     if not seeds:
         on_gpu = [(p.used_bytes, pid) for pid, p in procs if p.used_bytes is not None and (failing_gpu is None or p.gpu in (None, failing_gpu))]

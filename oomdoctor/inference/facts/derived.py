@@ -132,7 +132,7 @@ def _process_list_facts(f: Facts, events: list[Event]) -> None:
     # The server's PIDs a pasted nvidia-smi table (when it names them: an assumed largest process is
     # no identity) or the log's own process tags name.
     table = set(f.get("smi_server_pids") or ()) if f.get("smi_identity") == "named" else set()
-    named = (table | family.log_pids(events)) & listed
+    named = family.launch_members(table | family.log_pids(events), listed)
     if f.get("process_list_has_self") or failing is not None or named:
         seeds = named | ({failing} if failing is not None else set())
         # "this process" carries no PID: PIDs near it cannot be told; near a named or failing PID they can.
