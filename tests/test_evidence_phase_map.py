@@ -153,3 +153,16 @@ def test_a_torch_layer_constructor_is_weight_creation_and_its_forward_is_not() -
     runner = SITE + "sglang/srt/model_executor/model_runner.py"
     assert phase.classify_frames([(runner, "forward"), (runner, "forward_decode"), (linear, "forward")]) != "weight_creation"
     assert phase.classify_frames([(SITE + "torch/utils/data/dataloader.py", "__init__")]) != "weight_creation"
+
+
+def test_the_post_load_hook_of_a_quantization_method_is_loading_and_its_forward_is_not() -> None:
+    """process_weights_after_loading (both engines: repacking weights for a kernel once after they are read) sits in
+    quantization modules that are otherwise a forward pass's (tools/knowledge/classify.py's name rule)."""
+    fp8 = SITE + "vllm/model_executor/layers/quantization/fp8.py"
+    assert phase.classify_frames([(fp8, "process_weights_after_loading")]) == "weight_loading"
+    assert phase.classify_frames([(SITE + "sglang/srt/layers/quantization/fp8.py", "process_weights_after_loading")]) == "weight_loading"
+    # The same module's apply runs in the forward pass: under the runner's execute_model it is serving, and alone it
+    # names no phase (a quantization module's phase is too broad to decide one).
+    runner = SITE + "vllm/v1/worker/gpu_model_runner.py"
+    assert phase.classify_frames([(runner, "execute_model"), (fp8, "apply")]) == "serving"
+    assert phase.classify_frames([(fp8, "apply")]) is None

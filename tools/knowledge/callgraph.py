@@ -20,10 +20,12 @@ from collections.abc import Iterator
 import classify
 
 # The modules the phase map covers: model runners, workers, loaders, memory pools, graph runners,
-# schedulers, attention backends and model files. Anything else is traversed but not recorded.
+# schedulers, attention backends, model files and quantization methods (their create_weights and post-load hooks
+# are loading, their apply a forward pass; vLLM's sit under model_executor, SGLang's under layers.quantization).
+# Anything else is traversed but not recorded.
 COVERED = re.compile(
     r"model_runner|model_executor|\.worker|executor|loader|weight_utils|memory_pool|mem_cache|cache_engine|block_manager|kv_cache|block_pool"
-    r"|allocator|cuda_graph|cudagraph|graph_runner|compilation|schedul|attention|attn|\.models?\.|torch_memory_saver"
+    r"|allocator|cuda_graph|cudagraph|graph_runner|compilation|schedul|attention|attn|\.models?\.|\.layers\.quantization|torch_memory_saver"
 )
 
 _SGLANG_ROOTS = (

@@ -74,7 +74,9 @@ PHASE_RULES: tuple[tuple[str, re.Pattern[str] | None, re.Pattern[str] | None, re
     ("profiling", _rx(r"profil|peak memory|determine.*memory"), _rx(r"profile|determine_available_memory|determine_num_available_blocks|memory_profiling"), _rx(r"profil")),
     ("scheduler", _rx(r"preempt|retract"), _rx(r"schedul|preempt|retract|swap_in|swap_out|policy"), _rx(r"schedul|block_manager|policy|core\.sched")),
     ("kv_pool", KV_SUBJECT, _rx(r"init_memory_pool|kv_cache|cache_engine|allocate_kv|initialize_cache|init_cache|num_blocks|memory_pool|max_num_token"), _rx(r"memory_pool|mem_cache|cache_engine|kv_cache|kv_pool|block_pool|allocator")),
-    ("weight_loading", _rx(r"load(ing)? (the )?(model|weight)|weights? load|checkpoint|safetensors|\bshards?\b"), _rx(r"load_model|load_weight|weight_loader|get_model|download|create_weights"), _rx(r"model_loader|weight_utils|\.loader|weight_load|load_model|weight_updat|weight_transport")),
+    # process_weights_after_loading: both engines' hook that runs once on every layer after its weights are read
+    # (repacking, permuting, requantizing them for a kernel), in quantization modules that are otherwise a forward's.
+    ("weight_loading", _rx(r"load(ing)? (the )?(model|weight)|weights? load|checkpoint|safetensors|\bshards?\b"), _rx(r"load_model|load_weight|weight_loader|get_model|download|create_weights|process_weights_after_loading"), _rx(r"model_loader|weight_utils|\.loader|weight_load|load_model|weight_updat|weight_transport")),
     ("encoder", _rx(r"encoder|vision|image|video|audio|multimodal|multi-modal"), _rx(r"encod|vision|image|video|audio|mm_|multimodal"), _rx(r"multimodal|vision|encoder|mm_|audio")),
     ("sampling", _rx(r"sampl|logprob"), _rx(r"sampl|logits|logprob"), _rx(r"sampl|logits")),
     ("prefill_decode", _rx(r"prefill|\bdecode\b|forward pass"), _rx(r"forward|execute_model|prefill|decode|extend|run_batch"), _rx(r"model_runner|\.models\.|model_executor|attention|\.layers\.")),
