@@ -93,6 +93,9 @@ ANCHORS: tuple[bytes, ...] = (
 _SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
 
 # --- the allocator message -------------------------------------------------------------------
+# The words of the caching allocator's warning before it raises (below); the message's start, its hint and the
+# parser's hold of it all read them.
+_WARNING_WORDS = r"memory\s*allocation\s*failed\s*with\s*OOM"
 _OOM_START_RE = named(None,
     # Device words of the allocator forks: ROCm (HIP), Ascend (NPU), Intel (XPU; DPCPP in old IPEX), Cambricon
     # (MLU), Moore Threads (MUSA), Apple ("MPS backend out of memory").
@@ -106,11 +109,11 @@ _OOM_START_RE = named(None,
     # when a device allocation fails, before the OutOfMemoryError (or alone when a caller catches it, or a paste kept
     # only it): "memory allocation failed with OOM on device 5 while trying to allocate 671088640 bytes (free:
     # 513736704, total: 85095874560)".
-    r"|(?<![A-Za-z])memory\s*allocation\s*failed\s*with\s*OOM\s*on\s*device\b"
+    rf"|(?<![A-Za-z]){_WARNING_WORDS}\s*on\s*device\b"
 )
 # Every match of _OOM_START_RE holds one of these, and they are found fast: the full pattern, with its
 # look-behind tried at every position, took ~100 us on a 300-character line that holds no OOM.
-_OOM_START_HINT = lazy(("memory", "allocate"), r"out\s*of\s*memory|Out\s*of\s*memory|Tried\s*to\s*allocate|failed\s*with\s*OOM")
+_OOM_START_HINT = lazy(("memory", "allocate"), rf"out\s*of\s*memory|Out\s*of\s*memory|Tried\s*to\s*allocate|{_WARNING_WORDS}")
 _OOM_COMPLETE_RE = lazy(None,
     r"reserved\s*by\s*PyTorch\s*but\s*unallocated|reserved\s*in\s*total\s*by\s*PyTorch\s*\)|\bcached\s*\)"
     r"|See\s*documentation|PYTORCH_(?:CUDA_)?ALLOC_CONF|PYTORCH_MPS_HIGH_WATERMARK_RATIO|total:\s*\d+\s*\)"
@@ -132,7 +135,7 @@ _ERA0_RE = named("total",
     rf"(?:(?P<allocated_size>{_SIZE})\s*already\s*allocated\s*;\s*)?(?:{_SIZE}\s*current\s*active\s*;\s*)?(?:(?P<free_size>{_SIZE})\s*free\s*;\s*)?"
     rf"(?:(?P<allowed_size>{_SIZE})\s*allowed\s*;\s*)?(?P<reserved_size>{_SIZE})\s*(?:reserved\s*in\s*total\s*by\s*PyTorch|(?P<cached_flag>cached))"
 )
-_WARNING_START_RE = lazy(None, r"memory\s*allocation\s*failed\s*with\s*OOM")
+_WARNING_START_RE = lazy(None, _WARNING_WORDS)
 # The allocator warning's figures, in bytes: the device, the request, and the device's free and total memory.
 _WARNING_FIGURES_RE = named("OOM",
     r"OOM\s*on\s*device\s*(?P<device_n>\d+)\s*while\s*trying\s*to\s*allocate\s*(?P<requested_bytes>\d+)\s*bytes"
