@@ -25,8 +25,10 @@ OTHER = ("none", 0.9, "that is not an out-of-memory error")
         ),
         ("ValueError: not enough GPU memory for the draft model's buffers", SHORT),
         ("RuntimeError: the model requires more memory than the device budget allows", SHORT),
+        ("ValueError: the draft model needs 4.5 GiB, more than the 2.0 GiB available", SHORT),
         # Near misses: other exceptions end the run without an OOM, at the usual confidence.
         ("ValueError: max_model_len 32768 is larger than the model limit 8192", OTHER),
+        ("ValueError: the planner needs 3 retries > budget", OTHER),
         ("RuntimeError: CUDA error: an illegal memory access was encountered", OTHER),
         ("OSError: [Errno 28] No space left on device: shared memory segment", OTHER),
     ],

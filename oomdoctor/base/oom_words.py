@@ -30,14 +30,17 @@ def failure_pattern(*extra: str) -> str:
     return "|".join((*(re.escape(w.decode()) for w in FAILURE_WORDS), *extra))
 
 
-# A message that says a memory budget was short, in a program's own words rather than an allocator's ("cache budget
-# too small: minimum plan ... needs 8261206016 B > budget 6734265712 B", "not enough GPU memory for the buffers",
-# "the model requires more memory than the budget allows"): an OOM in its words, whatever the exception's class.
-# An illegal memory access, a memory-mapped file, a shared-memory segment are not budgets.
+# A message that says a memory budget was short, in a program's own words rather than an allocator's: a budget
+# too small ("cache budget too small", "memory budget exceeded"); a size needed against what the budget or the device
+# has ("minimum plan ... needs 8261206016 B > budget 6734265712 B", "requires 3.00 GiB but only 1.20 GiB is free");
+# not enough memory ("not enough GPU memory for the buffers"); more than it allows ("requires more memory than the
+# budget allows"). An OOM in its words, whatever the exception's class. An illegal memory access, a memory-mapped
+# file, a shared-memory segment are not budgets.
+_SIZE = r"\d+(?:\.\d+)?\s*(?:[KMGT]i?B|B|bytes)\b"
 MEMORY_SHORTAGE = (
-    r"(?i)\b(?:memory|vram|hbm)\s+budget\b.{0,80}?\b(?:too small|exceed\w*|insufficient)\b"
+    r"(?i)\b(?:memory|vram|hbm|cache)\s+budget\b.{0,80}?\b(?:too small|exceed\w*|insufficient)\b"
     r"|\bbudget\s+(?:is\s+)?too small\b"
-    r"|\bneeds?\s+\d+(?:\.\d+)?\s*(?:[KMGT]i?)?B\s*>\s*(?:the\s+)?budget\b"
+    rf"|\b(?:needs?|requires?|required)\s+[^;]{{0,40}}?{_SIZE}[^;]{{0,20}}?(?:>|more than|exceeds?|but only)[^;]{{0,30}}?\b(?:budget|available|free)\b"
     r"|\b(?:not enough|insufficient)\s+(?:gpu\s+|device\s+|free\s+)?memory\b"
     r"|\brequires?\s+more\s+(?:gpu\s+|device\s+)?memory\s+than\b"
 )

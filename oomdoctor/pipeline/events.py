@@ -320,12 +320,16 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
     def dedent_note(columns: int) -> None:
         stats.warn(f"every line is indented by the same {columns} column(s) (an indented paste): read without them")
 
-    def unwrap_note(width: int, pieces: tuple[int, ...]) -> None:
+    def joined(pieces: tuple[int, ...]) -> None:
+        # Lines a repair left blank (their text joined to the line before): not log lines to the completeness step.
         stats.joined_pieces = tuple(sorted({*stats.joined_pieces, *pieces}))
+
+    def unwrap_note(width: int, pieces: tuple[int, ...]) -> None:
+        joined(pieces)
         stats.warn(f"lines are cut at column {width} (a terminal's hard wrap): each cut line is read joined to its rest")
 
     def columns_note(records: int, pieces: tuple[int, ...]) -> None:
-        stats.joined_pieces = tuple(sorted({*stats.joined_pieces, *pieces}))
+        joined(pieces)
         stats.warn(f"{records} record(s) laid out in a console handler's columns (rich): each read as the lines it logged")
 
     repeats = _RepeatedFailures()
