@@ -84,7 +84,8 @@ def test_repeated_lines_keep_what_the_store_kept_when_every_one_was_read(tmp_pat
     every retraction; the lines after the ones counted, not read, are not read."""
     log = str(_retraction_log(tmp_path / "r.log", 500, tail))
     fast = read_events(log, InputStats(path=log))
-    monkeypatch.setattr(sg.SGLangParser, "REPEATING", ())
+    # Nothing repeats: every line is read (the catalogue's retraction notice would otherwise repeat in its stead).
+    monkeypatch.setattr(events, "_repeating", lambda declared: {})
     slow = read_events(log, InputStats(path=log))
     assert _kept(fast) == _kept(slow)
     repeats = next(e for e in fast if e.kind == KIND_REPEATS and e.get("kind") == sg.KIND_RETRACT)
@@ -219,3 +220,41 @@ def test_the_allocator_warning_before_a_full_oom_changes_no_verdict(tmp_path: Pa
     before, after = diagnose([str(log)]), diagnose([str(warned)])
     assert (after.verdict_class, after.verdict_confidence) == (before.verdict_class, before.verdict_confidence) == ("runtime_activation", before.verdict_confidence)
     assert after.findings[0].recommendations == before.findings[0].recommendations
+
+
+def _preemption_log(path: Path, n: int, extra: str = "") -> Path:
+    # vLLM V0's warning (log_formats.md V10): its fixed text holds the scanner's "not enough" literal too.
+    lines = ["INFO 05-09 00:40:00 llm_engine.py:237] Initializing an LLM engine (v0.6.3) with config: model='m', tensor_parallel_size=1"]
+    for i in range(n):
+        lines.append(
+            f"WARNING 05-09 00:{i // 60 % 60:02d}:{i % 60:02d} scheduler.py:1057] Sequence group {i} is preempted by PreemptionMode.RECOMPUTE mode "
+            "because there is not enough KV cache space. This can affect the end-to-end performance. Increase gpu_memory_utilization or "
+            f"tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption={i + 1}{extra if i == n // 2 else ''}"
+        )
+        lines.append(f"INFO 05-09 00:{i // 60 % 60:02d}:{i % 60:02d} metrics.py:351] Avg prompt throughput: 0.0 tokens/s, Running: 3 reqs, Swapped: 0 reqs, Pending: 9 reqs")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_repeating_message_holding_another_literal_in_its_own_text_still_repeats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preemption warning's own words hold the literal "not enough": its lines are counted like any repeating
+    line (the first 16, the last 64 and the count), the same events as reading every one."""
+    log = str(_preemption_log(tmp_path / "p.log", 400))
+    fast = read_events(log, InputStats(path=log))
+    monkeypatch.setattr(events, "_repeating", lambda declared: {})
+    slow = read_events(log, InputStats(path=log))
+
+    def preempts(evs: list) -> list:
+        return [(e.kind, e.ref.line, e.values) for e in evs if e.kind == vl.KIND_PREEMPT]
+
+    assert preempts(fast) == preempts(slow) and len(preempts(fast)) == 16 + 64
+    repeats = next(e for e in fast if e.kind == KIND_REPEATS and e.get("kind") == vl.KIND_PREEMPT)
+    assert repeats.get("total") == 400 and repeats.get("dropped") == 400 - 16 - 64
+
+
+def test_a_repeating_line_that_also_says_something_else_is_read(tmp_path: Path) -> None:
+    """A literal beyond the message's own text (an OOM appended to one preemption line) makes that line news: read."""
+    log = str(_preemption_log(tmp_path / "p.log", 400, " torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."))
+    evs = read_events(log, InputStats(path=log))
+    middle = 1 + 2 * 200 + 1  # the 200th warning's line number (the engine line is line 1)
+    assert any(e.ref.line == middle and e.kind != vl.KIND_PREEMPT for e in evs), sorted({e.kind for e in evs})

@@ -65,6 +65,15 @@ def _repeat_bits(anchors: tuple[bytes, ...], repeating: tuple[bytes, ...]) -> tu
     return single, sum(single)
 
 
+@functools.cache
+def _companions(anchors: tuple[bytes, ...], anchor: int, texts: tuple[bytes, ...]) -> int:
+    """The bits of the anchors that lie in a fixed text holding ``anchor``: built when a line first shows
+    one beside it, once per process."""
+    # NUL between the texts: no literal holds one, so none is found across two of them.
+    own = b"\0".join(text for text in texts if anchors[anchor] in text)
+    return sum(1 << i for i, other in enumerate(anchors) if other in own) if own else 0
+
+
 class Reading:
     """What the reader of the scanned lines needs of them, so that the scanner reads no more.
 
@@ -76,7 +85,9 @@ class Reading:
       preemption). A line holding only such anchors is read while fewer than ``keep_first``
       of its anchor were, and the last ``keep_last`` of them before each failure line (one whose first
       anchor is a before-anchor) and at the end of the input (``replayed``: after the lines that follow
-      them); the others are only counted (``dropped``), and their following lines are not read.
+      them); the others are only counted (``dropped``), and their following lines are not read. ``texts``
+      are the fixed texts of the repeating messages: an anchor inside one beside its repeating anchor is
+      the message's own word (vLLM's preemption warning says "not enough"), so the line still repeats.
     """
 
     def __init__(
@@ -87,11 +98,13 @@ class Reading:
         repeating: Iterable[bytes] = (),
         keep_first: int = 16,
         keep_last: int = 64,
+        texts: Iterable[bytes] = (),
     ) -> None:
         self.busy = busy
         self.known_busy: bool | None = None  # busy() since the last line handed over (only a line read changes it)
         self.worth = worth
         self.single, self.repeat_mask = _repeat_bits(anchors, tuple(repeating))
+        self.texts = tuple(texts)
         self.keep_first = keep_first
         self.keep_last = keep_last
         self.seen: dict[int, int] = {}
@@ -103,7 +116,8 @@ class Reading:
         self.unread: deque[bytes] = deque(maxlen=UNREAD_KEPT)
 
     def repeat_of(self, first: int, mask: int, physical: bytes) -> int | None:
-        """The repeating anchor of a line that holds repeating anchors only (the first of them), or None.
+        """The repeating anchor of a line that holds repeating anchors only (the first of them), or None;
+        the anchors of its message's own fixed text are allowed beside it.
 
         A retraction line holds the SGLang parser's literal and the catalogue's for the same message:
         both repeat, so the line does."""
@@ -111,9 +125,13 @@ class Reading:
             if first not in self.single.values():
                 return None
             mask = sum(1 << i for i, a in enumerate(self.anchors) if a in physical)
-        if not mask or mask & ~self.repeat_mask:
+        ours = mask & self.repeat_mask
+        if not ours:
             return None
-        return self.single.get(mask & -mask)
+        anchor = self.single[ours & -ours]
+        if mask & ~self.repeat_mask and mask & ~self.repeat_mask & ~_companions(self.anchors, anchor, self.texts):
+            return None
+        return anchor
 
     def is_busy(self) -> bool:
         """busy(), asked once between two lines handed over: a run of counted lines asks it once."""

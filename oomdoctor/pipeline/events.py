@@ -233,6 +233,11 @@ def _repeating(declared: tuple[tuple[tuple[bytes, str], ...], ...]) -> dict[byte
     return repeating
 
 
+@functools.cache
+def _notice_texts() -> tuple[bytes, ...]:
+    return tuple(t.encode() for t in em.notice_texts())
+
+
 class _RepeatedFailures:
     """A failure line printed again word for word on the next line (a retry loop, a `while true` wrapper, a
     stuck worker's 300,000 OOM lines) says nothing new: each such line is counted on the failure it
@@ -292,7 +297,7 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
     routes = tuple(_Route(p) for p in parsers)
     repeating = _repeating(tuple(getattr(p, "REPEATING", ()) for p in parsers))
     reading = Reading(
-        ANCHORS, lambda: any(getattr(p, "pending", True) for p in parsers), _context_worth(parsers), repeating, _KEEP_FIRST, _KEEP_LAST
+        ANCHORS, lambda: any(getattr(p, "pending", True) for p in parsers), _context_worth(parsers), repeating, _KEEP_FIRST, _KEEP_LAST, _notice_texts()
     )
     store = _EventStore()
     counter = [0]
