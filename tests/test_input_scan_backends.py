@@ -137,3 +137,18 @@ def test_side_reader_gets_the_lines_a_scan_of_its_own_reads(backend: str, monkey
         assert side.got == own
         fed += len(own)
     assert fed > 100
+
+
+@pytest.mark.skipif(importlib.util.find_spec("hyperscan") is None, reason="hyperscan is not installed here")
+def test_hyperscan_compiles_fewer_literals_and_reports_every_anchor_find_does() -> None:
+    """Hyperscan compiles only the anchors that hold no other one, the nvidia-smi -q ones without their runs of
+    spaces; every anchor's every occurrence is still reported where find reports it, and a line that holds only
+    the shorter or trimmed literal ("Driver Version: 535", "out of memory" without "CUDA") gives no more."""
+    fast, find = scan_backends.backend(ANCHORS, "hyperscan"), scan_backends.backend(ANCHORS, "find")
+    assert len(fast._lengths) < len(ANCHORS) - 50
+    assert b"Driver Version    " in ANCHORS and b"Driver Version" not in ANCHORS
+    lines = [b"x " + a + b" y" for a in ANCHORS] + [a[:-1] + b"#" for a in ANCHORS]
+    lines += [b"Driver Version: 535.104.05   CUDA Version: 12.2", b"torch.OutOfMemoryError: CUDA out of memory. CUDA out of memory"]
+    chunk = b"\n".join(lines) + b"\n"
+    assert sorted(fast.hits(chunk)) == sorted(find.hits(chunk))
+    assert fast.anchored_lines(chunk) == find.anchored_lines(chunk)

@@ -66,11 +66,11 @@ def _repeat_bits(anchors: tuple[bytes, ...], repeating: tuple[bytes, ...]) -> tu
 
 
 @functools.cache
-def _companions(anchors: tuple[bytes, ...], anchor: int, texts: tuple[bytes, ...]) -> int:
+def _companions(anchors: tuple[bytes, ...], anchor: int, texts: Callable[[], tuple[bytes, ...]]) -> int:
     """The bits of the anchors that lie in a fixed text holding ``anchor``: built when a line first shows
     one beside it, once per process."""
     # NUL between the texts: no literal holds one, so none is found across two of them.
-    own = b"\0".join(text for text in texts if anchors[anchor] in text)
+    own = b"\0".join(text for text in texts() if anchors[anchor] in text)
     return sum(1 << i for i, other in enumerate(anchors) if other in own) if own else 0
 
 
@@ -86,8 +86,9 @@ class Reading:
       of its anchor were, and the last ``keep_last`` of them before each failure line (one whose first
       anchor is a before-anchor) and at the end of the input (``replayed``: after the lines that follow
       them); the others are only counted (``dropped``), and their following lines are not read. ``texts``
-      are the fixed texts of the repeating messages: an anchor inside one beside its repeating anchor is
-      the message's own word (vLLM's preemption warning says "not enough"), so the line still repeats.
+      gives the fixed texts of the repeating messages (asked once a line shows another anchor beside a
+      repeating one): an anchor inside one beside its repeating anchor is the message's own word (vLLM's
+      preemption warning says "not enough"), so the line still repeats.
     """
 
     def __init__(
@@ -98,13 +99,13 @@ class Reading:
         repeating: Iterable[bytes] = (),
         keep_first: int = 16,
         keep_last: int = 64,
-        texts: Iterable[bytes] = (),
+        texts: Callable[[], tuple[bytes, ...]] = tuple,
     ) -> None:
         self.busy = busy
         self.known_busy: bool | None = None  # busy() since the last line handed over (only a line read changes it)
         self.worth = worth
         self.single, self.repeat_mask = _repeat_bits(anchors, tuple(repeating))
-        self.texts = tuple(texts)
+        self.texts = texts
         self.keep_first = keep_first
         self.keep_last = keep_last
         self.seen: dict[int, int] = {}

@@ -103,33 +103,89 @@ def first_per_line(chunk: bytes, hits: list[tuple[int, int]]) -> list[tuple[int,
     return out
 
 
+def _held_anchors(anchors: tuple[bytes, ...]) -> list[list[int]]:
+    """For each anchor, the other anchors it holds, in index order: one search of each in all of them joined
+    (NUL between them: no anchor holds one), not a test of every pair (177,000 tests: ~0.2 s)."""
+    joined = b"\0".join(anchors)
+    owner: list[int] = []  # the anchor each byte of ``joined`` belongs to
+    for i, a in enumerate(anchors):
+        owner.extend([i] * (len(a) + 1))
+    held: list[list[int]] = [[] for _ in anchors]
+    for i, a in enumerate(anchors):
+        pos = joined.find(a)
+        while pos >= 0:
+            j = owner[pos]
+            if j != i and anchors[j] != a and (not held[j] or held[j][-1] != i):
+                held[j].append(i)
+            pos = joined.find(a, pos + 1)
+    return held
+
+
 class _HyperscanBackend:
-    """Hyperscan block mode over the anchors as literals; every match (overlapping too) is reported."""
+    """Hyperscan block mode over the anchors as literals; every match (overlapping too) is reported.
+
+    What is compiled is fewer and cheaper literals than the anchors, each hit checked against the anchors it
+    stands for:
+    - only the anchors that hold no other anchor: one that holds one ("CUDA out of memory" holds "out of
+      memory") is compared where that one matched (315 literals scan about a quarter faster than 421);
+    - an anchor ending in a run of one byte (nvidia-smi -q's ``Driver Version    :``) is compiled without the
+      run: such a literal costs Hyperscan's compiler ~10 ms each (four of them: 50 ms of a 60 ms compile)."""
 
     name = "hyperscan"
 
     def __init__(self, anchors: tuple[bytes, ...]) -> None:
         import hyperscan
 
+        held = _held_anchors(anchors)
+        literals: dict[bytes, int] = {}  # what is compiled, by its id
+        # For each compiled literal, the anchors a hit of it may be: (their start before the hit's, index, bytes,
+        # whether the hit is that anchor without a comparison).
+        self._targets: list[list[tuple[int, int, bytes, bool]]] = []
+        inner_literal: dict[int, int] = {}
+        for i, a in enumerate(anchors):
+            if held[i]:
+                continue
+            literal = _without_end_run(a)
+            k = literals.setdefault(literal, len(literals))
+            if k == len(self._targets):
+                self._targets.append([])
+            self._targets[k].append((0, i, a, literal == a))
+            inner_literal[i] = k
+        for j, a in enumerate(anchors):
+            if held[j]:
+                # Looked for at the first place its first inner anchor sits in it: every occurrence of it holds
+                # that one there, and is found once.
+                i = next(i for i in held[j] if i in inner_literal)
+                self._targets[inner_literal[i]].append((a.find(anchors[i]), j, a, False))
+        self._lengths = [len(literal) for literal in literals]
         self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
         # The pure-literal compiler (Hyperscan >= 5.2): the anchors are literals, and it compiles them faster than
-        # the same bytes escaped as regular expressions (about 30 ms against 35 for 400 anchors), once per process.
-        self._db.compile(expressions=list(anchors), ids=list(range(len(anchors))), elements=len(anchors), literal=True)
-        self._lengths = [len(a) for a in anchors]
+        # the same bytes escaped as regular expressions, once per process.
+        self._db.compile(expressions=list(literals), ids=list(range(len(literals))), elements=len(literals), literal=True)
 
     def hits(self, chunk: bytes) -> list[tuple[int, int]]:
         """(match start, anchor index) of every match, overlapping ones too."""
         hits: list[tuple[int, int]] = []
-        lengths = self._lengths
+        lengths, targets = self._lengths, self._targets
 
-        def on_match(i: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
-            hits.append((to - lengths[i], i))
+        def on_match(k: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+            start = to - lengths[k]
+            for offset, i, anchor, exact in targets[k]:
+                if exact or (start >= offset and chunk.startswith(anchor, start - offset)):
+                    hits.append((start - offset, i))
 
         self._db.scan(chunk, match_event_handler=on_match)
         return hits
 
     def anchored_lines(self, chunk: bytes) -> list[tuple[int, int, int]]:
         return first_per_line(chunk, self.hits(chunk))
+
+
+def _without_end_run(anchor: bytes) -> bytes:
+    """An anchor without the run of one byte (3 or more) it ends in, if 4 bytes or more are left."""
+    last = anchor[-1:]
+    trimmed = anchor.rstrip(last)
+    return trimmed if len(anchor) - len(trimmed) >= 3 and len(trimmed) >= 4 else anchor
 
 
 class _FindBackend:

@@ -297,7 +297,7 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
     routes = tuple(_Route(p) for p in parsers)
     repeating = _repeating(tuple(getattr(p, "REPEATING", ()) for p in parsers))
     reading = Reading(
-        ANCHORS, lambda: any(getattr(p, "pending", True) for p in parsers), _context_worth(parsers), repeating, _KEEP_FIRST, _KEEP_LAST, _notice_texts()
+        ANCHORS, lambda: any(getattr(p, "pending", True) for p in parsers), _context_worth(parsers), repeating, _KEEP_FIRST, _KEEP_LAST, _notice_texts
     )
     store = _EventStore()
     counter = [0]
