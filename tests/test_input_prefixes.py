@@ -184,3 +184,15 @@ def test_a_shippers_stamp_before_any_program_tag(raw: str, rank: str) -> None:
     """The program tags whose first attribute is not pid=, torch's rank tag and Ray's (review of 2026-12-03)."""
     s = split_prefix(raw)
     assert (s.msg, s.rank, s.ts) == ("x", rank, "2025-07-10 08:59:40")
+
+
+def test_a_supervisors_stream_and_level_tag_after_its_clock_is_a_collector_prefix() -> None:
+    """"[03:13:05] stderr/INFO  " (a supervisor relaying each child stream with a level, FreeToken#397): the
+    message is what the child printed, a source line's indentation kept. Near misses: a path, a URL's word."""
+    s = split_prefix("[03:13:05] stderr/INFO      assert total <= budget_bytes, (")
+    assert s.msg == "    assert total <= budget_bytes, (" and s.ts == "03:13:05"
+    assert split_prefix("[03:13:15] health/ERROR  AssertionError: cache budget too small").msg == "AssertionError: cache budget too small"
+    assert split_prefix("stdout/ERROR  x").msg == "x"
+    assert split_prefix("path/to/INFO  x").msg == "path/to/INFO  x"
+    assert split_prefix("see stderr/INFO for details").msg == "see stderr/INFO for details"
+    assert split_prefix("Stderr/INFO  x").msg == "Stderr/INFO  x"

@@ -140,6 +140,9 @@ _PREFIXES: tuple[tuple[str, LazyRegex], ...] = (
         "supervisor",
         LazyRegex(None, r"^\((?:Process|stdout|stderr)\) "),
     ),
+    # A supervisor that relays each child stream with a level, after its own clock: "[03:13:05] stderr/INFO  ",
+    # "health/ERROR  " (the stream or check's name, a slash, the level, then blanks).
+    ("stream_level", LazyRegex(None, r"^(?:std(?:out|err)|[a-z][a-z0-9_-]{1,15})/(?:DEBUG|INFO|WARN(?:ING)?|ERROR|CRITICAL|FATAL) {1,2}(?=.)")),
 )
 
 
@@ -166,6 +169,7 @@ _FIRST_CHARS: dict[str, LazyRegex] = {
         ("vllm_level", r"[DIWEC]"),
         ("pylogging", r"\d"),
         ("supervisor", r"\("),
+        ("stream_level", r"[a-z]"),
     )
 }
 _BY_FIRST: dict[str, tuple[tuple[str, re.Pattern[str]], ...]] = {}
