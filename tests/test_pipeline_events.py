@@ -258,3 +258,72 @@ def test_a_repeating_line_that_also_says_something_else_is_read(tmp_path: Path) 
     evs = read_events(log, InputStats(path=log))
     middle = 1 + 2 * 200 + 1  # the 200th warning's line number (the engine line is line 1)
     assert any(e.ref.line == middle and e.kind != vl.KIND_PREEMPT for e in evs), sorted({e.kind for e in evs})
+
+
+_GRAPH_NOTICE = (
+    "(EngineCore_DP0 pid=211) WARNING 03-02 10:{m:02d}:{s:02d} [gpu_worker.py:411] CUDA graph memory profiling is disabled "
+    "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). Without it, CUDA graph memory is not accounted for during KV cache allocation, "
+    "which may require lowering --gpu-memory-utilization to avoid OOM. Consider re-enabling it (the default as of v0.21.0) and "
+    "increasing --gpu-memory-utilization from 0.8500 to 0.8524."
+)
+_STATS = "(APIServer pid=1) INFO 03-02 10:{m:02d}:{s:02d} [loggers.py:123] Engine 000: Avg prompt throughput: 9.1 tokens/s, Running: 3 reqs, Waiting: 0 reqs"
+
+
+def _notice_log(path: Path, n: int, tail: str = "") -> Path:
+    lines = []
+    for i in range(n):
+        lines.append(_GRAPH_NOTICE.format(m=i // 60 % 60, s=i % 60))
+        lines.append(_STATS.format(m=i // 60 % 60, s=i % 60))
+    path.write_text("\n".join(lines) + "\n" + tail)
+    return path
+
+
+def _counting_feeds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    fed = [0]
+    real = vl.VLLMParser.feed
+
+    def feed(self, line):  # type: ignore[no-untyped-def]
+        fed[0] += 1
+        return real(self, line)
+
+    monkeypatch.setattr(vl.VLLMParser, "feed", feed)
+    return fed
+
+
+def test_a_line_that_said_nothing_is_not_parsed_again_word_for_word(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's graph-profiling notice repeated by a busy server, each followed by a stats line: after the first one
+    neither it nor the lines after it are parsed again; the failure after them and every event but the counted
+    stats lines' are the same as reading every one, and so is the count of lines no parser read."""
+    log = str(_notice_log(tmp_path / "n.log", 300, _OOM.replace("[2026-03-02 11:00:00] ", "")))
+    fed = _counting_feeds(monkeypatch)
+    fast_stats = InputStats(path=log)
+    fast = read_events(log, fast_stats)
+    fast_fed = fed[0]
+    monkeypatch.setattr(events, "_QUIET_KEPT", 0)
+    fed[0] = 0
+    slow_stats = InputStats(path=log)
+    slow = read_events(log, slow_stats)
+
+    def kept(evs: list) -> list:
+        return [(e.kind, e.ref.line, e.values) for e in evs if e.kind not in (rc.KIND_CONTEXT, KIND_REPEATS)]
+
+    assert kept(fast) == kept(slow) and any(e.kind == tt.KIND_OOM for e in fast)
+    assert fast_stats.unparsed_lines == slow_stats.unparsed_lines >= 300
+    assert fast_fed < 20 < 300 <= fed[0]
+    # The stats lines after the notices not read are not read either.
+    assert sum(1 for e in fast if e.kind == rc.KIND_CONTEXT) < sum(1 for e in slow if e.kind == rc.KIND_CONTEXT)
+
+
+def test_a_failure_line_or_one_that_differs_is_read_every_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Near misses: PyTorch's allocator warning (held by the torch parser until the error after it) repeated word for
+    word is read every time; a notice whose number differs is another line."""
+    warning = "[W1203 10:00:00.000000000 CUDACachingAllocator.cpp:1142] memory allocation failed with OOM on device 0 while trying to allocate 2147483648 bytes (free: 1073741824, total: 85899345920)"
+    log = tmp_path / "w.log"
+    log.write_text("\n".join([warning] * 5) + "\n")
+    evs = read_events(str(log), InputStats(path=str(log)))
+    assert len([e for e in evs if e.ref.text == warning]) == 5
+    notices = tmp_path / "v.log"
+    notices.write_text("\n".join([_GRAPH_NOTICE.format(m=0, s=0), _GRAPH_NOTICE.format(m=0, s=1).replace("0.8524", "0.8600"), _GRAPH_NOTICE.format(m=0, s=2)]) + "\n")
+    fed = _counting_feeds(monkeypatch)
+    read_events(str(notices), InputStats(path=str(notices)))
+    assert fed[0] == 2  # the third says what the first said: not read

@@ -115,6 +115,9 @@ class Reading:
         # The last lines not read (held or not asked for): their prefixes still name the rank of the
         # unprefixed lines after them, which the scanner reads from them when such a line comes.
         self.unread: deque[bytes] = deque(maxlen=UNREAD_KEPT)
+        # Set by the reader on an anchored line it did not read (the repeat of a line that said nothing, every
+        # parser idle): the lines after it are not read for it.
+        self.said_nothing = False
 
     def repeat_of(self, first: int, mask: int, physical: bytes) -> int | None:
         """The repeating anchor of a line that holds repeating anchors only (the first of them), or None;
@@ -441,6 +444,9 @@ class _Scan:
                 yield from self.lines(physical, lineno, True, hit[1])
                 if reading is not None:
                     reading.known_busy = None
+                    if reading.said_nothing:
+                        reading.said_nothing = False
+                        continue
                 self._after(chunk, end + 1 if end >= 0 else len(chunk), CONTEXT_LINES, context)
         if run:
             prev, lineno = self._flush_held(chunk, run, prev, lineno)

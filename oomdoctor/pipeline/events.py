@@ -8,6 +8,7 @@ from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.evidence import KIND_REPEATS, Event
+from oomdoctor.base.oom_words import FAILURE_WORDS
 from oomdoctor.evidence import phase as phase_step
 from oomdoctor.evidence.parsers import engine_messages as em
 from oomdoctor.evidence.parsers import pasted
@@ -67,6 +68,9 @@ _SLIM_KEEP = frozenset({"mem_fraction_static", "tp_size", "gpu_memory_utilizatio
 _KEEP_FIRST = 16
 _KEEP_LAST = 64
 _UNPARSED_WINDOW = 64
+# Log lines (not frames, not failures) that said nothing, kept to read their repeats no more.
+_QUIET_KEPT = 4096
+_FAILURE_WORDS = tuple(w.decode() for w in FAILURE_WORDS)
 _FULL_RUNS = 64
 
 
@@ -338,6 +342,7 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
         stats.warn(f"{records} record(s) laid out in a console handler's columns (rich): each read as the lines it logged")
 
     repeats = _RepeatedFailures()
+    quiet: set[tuple[str, int]] = set()
     chunks = repaired(issue_chunks(iter_line_chunks(path, stats), path, display, issue_note), reversed_note, dedent_note, unwrap_note, columns_note)
     for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS, reading, node_scan):
         if repeats.counts(line, parsers):
@@ -348,34 +353,48 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
         if line.node:
             stats.node_prefixed = True
         # Traceback frames and their indented source lines are context, not unparsed evidence.
-        if (
+        own = (
             line.anchored
             and not line.msg.startswith("    ")
             and not line.msg.lstrip().startswith(_FRAME_PREFIXES)
             and "Traceback (most recent call last)" not in line.msg
-        ):
+        )
+        if own:
             pending[line.ref.line] = None
             if len(pending) > _UNPARSED_WINDOW:
                 pending.popitem(last=False)
                 unparsed += 1
+        # A log line of its own that said nothing (no event, no phase) while every parser was idle says nothing
+        # again, word for word, while they are idle: a warning a busy server prints every step (118,000 of vLLM's
+        # graph-profiling notice in 256 MB took a minute to parse one by one). Not a failure's words: the torch
+        # parser holds an allocator warning until the error that follows it.
+        key = (line.msg, line.anchors) if own and not line.replayed and not any(w in line.msg for w in _FAILURE_WORDS) else None
+        idle = key is not None and not any(getattr(p, "pending", True) for p in parsers)
+        if idle and key in quiet:
+            reading.said_nothing = True
+            continue
         if line.replayed:
             # Read after the lines that follow it: as a line on its own, by parsers of its own.
             read = [e for route in routes if route.holds(line) for e in type(route.parser)().feed(line)]
         else:
             read = [e for route in routes if route.wants(line) for e in route.parser.feed(line)]
         cite(read)
+        said = bool(read)
         # A traceback's record, or an engine's "it failed" notice, cites a line for its shape, not for what it says:
         # an engine's own failure message inside it ("... MQEngineDeadError: ... RuntimeError('Aborted due to the lack
         # of CPU swap space ...')") is still the catalogue's to read.
         if not any(r.line == line.ref.line and r.path == line.ref.path for e in read if e.kind not in _STRUCTURAL_KINDS for r in e.refs):
             read = catalogue.feed(line) or (torch.stated_oom(line) if line.anchored else [])
             cite(read)
+            said = said or bool(read)
         repeats.begin(line, read)
         # A line that says which phase the server was in (progress bars, serving traffic) is context
         # evidence, cited like any other event.
         context_rule = phase_step.classify_context(line.msg) if not line.msg.startswith(" ") else None
         if context_rule is not None:
             cite([Event(rc.KIND_CONTEXT, (line.ref,), {"phase": context_rule.phase, "after_failure": context_rule.after_failure, **({"fallback": True} if context_rule.fallback else {})})])
+        elif key is not None and idle and not said and len(quiet) < _QUIET_KEPT and not any(getattr(p, "pending", True) for p in parsers):
+            quiet.add(key)
     repeats.end(store)
     if repeats.total:
         stats.warn(f"{repeats.total} line(s) repeat the failure line just above them word for word: read once, counted")
