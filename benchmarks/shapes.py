@@ -458,16 +458,25 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--rows", default="", help="comma-separated row names (default: every row)")
     ap.add_argument("--list", action="store_true", help="list the rows and exit")
+    ap.add_argument("--generate-only", action="store_true", help="write the rows' logs and exit")
     args = ap.parse_args()
     if args.list:
         for row in ROWS:
             print(row.name)
         return
+    wanted = [r for r in ROWS if not args.rows or r.name in args.rows.split(",")]
+    if args.generate_only:
+        for row in wanted:
+            generate_row(row, args.size_mb)
+        return
+    # The logs are written by a child: a child's peak RSS (os.wait4) counts the memory of the process it was
+    # forked from, and this one would hold hundreds of MB once it had built a row.
+    gen = [sys.executable, __file__, "--generate-only", "--size-mb", str(args.size_mb), "--rows", ",".join(r.name for r in wanted)]
+    subprocess.run(gen, check=True)
     checkouts = [c.resolve() for c in (args.checkout or [HERE.parent])]
     for c in checkouts:
         # As an installed wheel has it: without bytecode (PYTHONDONTWRITEBYTECODE) every run would compile the package.
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(c / "oomdoctor")], stdout=subprocess.DEVNULL, check=False)
-    wanted = [r for r in ROWS if not args.rows or r.name in args.rows.split(",")]
     load = os.getloadavg()[0]
     names = " / ".join(c.name for c in checkouts)
     print(f"checkouts: {names}; {args.runs} runs each, paired with grep -E -c; load {load:.1f}")
