@@ -133,7 +133,8 @@ class Reading:
         if not ours:
             return None
         anchor = self.single[ours & -ours]
-        if mask & ~self.repeat_mask and mask & ~self.repeat_mask & ~_companions(self.anchors, anchor, self.texts):
+        others = mask & ~self.repeat_mask
+        if others and others & ~_companions(self.anchors, anchor, self.texts):
             return None
         return anchor
 

@@ -242,6 +242,33 @@ def _notice_texts() -> tuple[bytes, ...]:
     return tuple(t.encode() for t in em.notice_texts())
 
 
+def _busy(parsers: tuple[_Parser, ...]) -> bool:
+    """Whether a parser holds a record open (a parser without ``pending`` reads every line: always)."""
+    return any(getattr(p, "pending", True) for p in parsers)
+
+
+class _QuietLines:
+    """Log lines of their own that said nothing (no event, no phase) while every parser was idle: the same words
+    again, while they are idle, say nothing again and are not parsed (a warning a busy server prints every step:
+    118,000 of vLLM's graph-profiling notice in 256 MB took a minute one by one). Never a failure's words: the
+    torch parser holds an allocator warning until the error that follows it."""
+
+    def __init__(self, busy: Callable[[], bool]) -> None:
+        self.busy = busy
+        self.lines: set[tuple[str, int]] = set()
+
+    def key(self, line: Line) -> tuple[str, int] | None:
+        """The words and anchors of a log line of its own, if it is one that may say nothing again now."""
+        if line.replayed or any(w in line.msg for w in _FAILURE_WORDS) or self.busy():
+            return None
+        return (line.msg, line.anchors)
+
+    def remember(self, key: tuple[str, int]) -> None:
+        """The line of ``key``, read with every parser idle, said nothing and left them idle."""
+        if len(self.lines) < _QUIET_KEPT and not self.busy():
+            self.lines.add(key)
+
+
 class _RepeatedFailures:
     """A failure line printed again word for word on the next line (a retry loop, a `while true` wrapper, a
     stuck worker's 300,000 OOM lines) says nothing new: each such line is counted on the failure it
@@ -300,9 +327,8 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
     catalogue = em.EngineMessageParser()
     routes = tuple(_Route(p) for p in parsers)
     repeating = _repeating(tuple(getattr(p, "REPEATING", ()) for p in parsers))
-    reading = Reading(
-        ANCHORS, lambda: any(getattr(p, "pending", True) for p in parsers), _context_worth(parsers), repeating, _KEEP_FIRST, _KEEP_LAST, _notice_texts
-    )
+    busy = functools.partial(_busy, parsers)
+    reading = Reading(ANCHORS, busy, _context_worth(parsers), repeating, _KEEP_FIRST, _KEEP_LAST, _notice_texts)
     store = _EventStore()
     counter = [0]
     # Anchored lines no event has cited yet; a wrapped message cites its first line only once its
@@ -342,7 +368,7 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
         stats.warn(f"{records} record(s) laid out in a console handler's columns (rich): each read as the lines it logged")
 
     repeats = _RepeatedFailures()
-    quiet: set[tuple[str, int]] = set()
+    quiet = _QuietLines(busy)
     chunks = repaired(issue_chunks(iter_line_chunks(path, stats), path, display, issue_note), reversed_note, dedent_note, unwrap_note, columns_note)
     for line in scan_lines(chunks, display, ANCHORS, counter, rc.BEFORE_ANCHORS, reading, node_scan):
         if repeats.counts(line, parsers):
@@ -364,13 +390,8 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
             if len(pending) > _UNPARSED_WINDOW:
                 pending.popitem(last=False)
                 unparsed += 1
-        # A log line of its own that said nothing (no event, no phase) while every parser was idle says nothing
-        # again, word for word, while they are idle: a warning a busy server prints every step (118,000 of vLLM's
-        # graph-profiling notice in 256 MB took a minute to parse one by one). Not a failure's words: the torch
-        # parser holds an allocator warning until the error that follows it.
-        key = (line.msg, line.anchors) if own and not line.replayed and not any(w in line.msg for w in _FAILURE_WORDS) else None
-        idle = key is not None and not any(getattr(p, "pending", True) for p in parsers)
-        if idle and key in quiet:
+        key = quiet.key(line) if own else None
+        if key is not None and key in quiet.lines:
             reading.said_nothing = True
             continue
         if line.replayed:
@@ -393,8 +414,8 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
         context_rule = phase_step.classify_context(line.msg) if not line.msg.startswith(" ") else None
         if context_rule is not None:
             cite([Event(rc.KIND_CONTEXT, (line.ref,), {"phase": context_rule.phase, "after_failure": context_rule.after_failure, **({"fallback": True} if context_rule.fallback else {})})])
-        elif key is not None and idle and not said and len(quiet) < _QUIET_KEPT and not any(getattr(p, "pending", True) for p in parsers):
-            quiet.add(key)
+        elif key is not None and not said:
+            quiet.remember(key)
     repeats.end(store)
     if repeats.total:
         stats.warn(f"{repeats.total} line(s) repeat the failure line just above them word for word: read once, counted")
