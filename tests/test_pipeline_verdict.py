@@ -40,3 +40,39 @@ def test_an_exception_that_says_a_memory_budget_was_short_is_not_confidently_no_
     klass, confidence, words = expected
     assert (d.verdict_class, d.verdict_confidence) == (klass, confidence)
     assert words in d.summary and exception.split(": ", 1)[1][:40] in d.summary
+
+
+_SHUTDOWN = "INFO:     Shutting down\nINFO:     Waiting for application shutdown.\nINFO:     Application shutdown complete.\nINFO:     Finished server process [21893]\n"
+
+
+@pytest.mark.parametrize(
+    ("before", "expected"),
+    [
+        # uvicorn shuts down after the engine died: an exception line (no traceback in the paste) just above it is how
+        # the run ended, not a clean end (FreeToken#397's relay copied only the exception line).
+        (
+            "[03:13:05] stderr/INFO  AssertionError: cache budget too small: minimum plan needs 8261206016 B > budget 6734265712 B\n"
+            "[03:13:15] stdout/ERROR  Backend worker is gone and cannot be restarted; stopping the API server\n",
+            SHORT,
+        ),
+        ("RuntimeError: NCCL communicator was aborted on rank 3\n", OTHER),
+    ],
+)
+def test_a_shutdown_just_after_an_exception_line_is_that_exception_not_a_clean_end(before: str, expected: tuple, tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text(before + _SHUTDOWN)
+    d = diagnose([str(log)])
+    klass, confidence, words = expected
+    assert (d.verdict_class, d.verdict_confidence) == (klass, confidence) and words in d.summary
+    assert "shut down cleanly" not in d.summary
+
+
+def test_a_shutdown_long_after_an_error_or_after_a_warning_is_a_clean_end(tmp_path: Path) -> None:
+    """Near misses: an exception line more than a screenful above the shutdown, and a warning, leave the end clean."""
+    far = tmp_path / "far.log"
+    far.write_text("ValueError: bad request body\n" + "".join(f'INFO:     127.0.0.1:5{i:04d} - "POST /generate HTTP/1.1" 200 OK\n' for i in range(20)) + _SHUTDOWN)
+    warned = tmp_path / "warned.log"
+    warned.write_text("UserWarning: resource_tracker: There appear to be 3 leaked semaphore objects\n" + _SHUTDOWN)
+    for log in (far, warned):
+        d = diagnose([str(log)])
+        assert (d.verdict_class, d.verdict_confidence) == ("none", 0.9) and "shut down cleanly" in d.summary, (log.name, d.summary)

@@ -58,7 +58,13 @@ BEFORE_ANCHORS: tuple[bytes, ...] = (
     *ALLOCATOR_WORDS,
     b"while processing method",
     b"Error executing method",
+    # A clean end's lines above say whether an error came first (uvicorn shuts down after the engine died too).
+    b"Application shutdown complete",
+    b"Shutting down gracefully",
+    b"Exiting normally",
 )
+# How far above a clean end an error line still precedes it (the lines the scanner reads above it).
+_ERROR_BEFORE_END_LINES = 12
 
 _TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
 # The lines of an exception's message after its first (PyTorch's CUDA error adds three) that the record waits
@@ -106,13 +112,15 @@ class RecordParser:
 
     ANCHORS = ANCHORS
     # What it reads on a line without an anchor: a cut mark ("...", "(…)", "<SNIP>", "[Truncated]").
-    NEEDLES: tuple[str, ...] = ("...", "…")
+    NEEDLES: tuple[str, ...] = ("...", "…", "Error: ", "Exception: ")
     FOLDED_NEEDLES: tuple[str, ...] = ("snip", "truncated")
     REPEATING: tuple[tuple[bytes, str], ...] = ()
 
     def __init__(self) -> None:
         # Open records per rank: {refs, frames, chain, opened_by}
         self._open: dict[str | None, dict] = {}
+        # The last exception line outside a record (a paste that starts at it, a relay's copy): (its line, name, message).
+        self._bare_error: tuple[LineRef, str, str] | None = None
 
     @property
     def pending(self) -> bool:
@@ -280,8 +288,17 @@ class RecordParser:
         if stripped and _CUT_RE.match(stripped):
             out.append(Event(KIND_CUT, (line.ref,), {"text": stripped[:80]}))
             return out
+        if rec is None and not msg.startswith((" ", "\t")) and ("Error" in msg or "Exception" in msg):
+            em = _EXC_LINE_RE.match(stripped)
+            if em and em.group("msg") and em.group("name").endswith(("Error", "Exception")):
+                self._bare_error = (line.ref, em.group("name"), em.group("msg"))
         if _CLEAN_END_RE.search(msg):
-            out.append(Event(KIND_CLEAN_END, (line.ref,), {}))
+            err = self._bare_error
+            if err is not None and 0 < line.ref.line - err[0].line <= _ERROR_BEFORE_END_LINES and err[0].path == line.ref.path:
+                # The server stopped after an error: the end is the error's, not a clean one.
+                out.append(Event(KIND_CLEAN_END, (line.ref, err[0]), {"after_error": err[1], "error_message": err[2][:500]}))
+            else:
+                out.append(Event(KIND_CLEAN_END, (line.ref,), {}))
         return out
 
     def finish(self) -> list[Event]:

@@ -86,8 +86,13 @@ def phase_facts(f: Facts, events: list[Event], oom_idx: list[int], line_counts: 
             f.set("cut_record_cause", above.get("exception"), end)
             f.set("cut_record_cause_message", (above.get("exception_message") or "")[:300], end)
             f.set("cut_record_cause_chained", False, end)
-    if any(e.kind == rc.KIND_CLEAN_END for e in events):
+    ends = [e for e in events if e.kind == rc.KIND_CLEAN_END]
+    if ends and not ends[-1].get("after_error"):
         f.set("clean_end", True)
+    elif ends and f.get("terminal_exception") is None and not oom_idx:
+        # The server shut down just after an exception line with no traceback in the input: the run ended with it.
+        f.set("terminal_exception", ends[-1].get("after_error"), ends[-1].refs[-1])
+        f.set("terminal_exception_message", ends[-1].get("error_message"), ends[-1].refs[-1])
 
 
 def _stage_facts(f: Facts, found: phase.Phase) -> None:
