@@ -288,18 +288,23 @@ class RecordParser:
         if stripped and _CUT_RE.match(stripped):
             out.append(Event(KIND_CUT, (line.ref,), {"text": stripped[:80]}))
             return out
-        if rec is None and not msg.startswith((" ", "\t")) and ("Error" in msg or "Exception" in msg):
+        out.extend(self._end_of_run(line, stripped, outside=rec is None))
+        return out
+
+    def _end_of_run(self, line: Line, stripped: str, outside: bool) -> list[Event]:
+        """An exception line outside a record (kept), or a clean end: the error's if one came just before it."""
+        msg = line.msg
+        if outside and not msg.startswith((" ", "\t")) and ("Error" in msg or "Exception" in msg):
             em = _EXC_LINE_RE.match(stripped)
             if em and em.group("msg") and em.group("name").endswith(("Error", "Exception")):
                 self._bare_error = (line.ref, em.group("name"), em.group("msg"))
-        if _CLEAN_END_RE.search(msg):
-            err = self._bare_error
-            if err is not None and 0 < line.ref.line - err[0].line <= _ERROR_BEFORE_END_LINES and err[0].path == line.ref.path:
-                # The server stopped after an error: the end is the error's, not a clean one.
-                out.append(Event(KIND_CLEAN_END, (line.ref, err[0]), {"after_error": err[1], "error_message": err[2][:500]}))
-            else:
-                out.append(Event(KIND_CLEAN_END, (line.ref,), {}))
-        return out
+        if not _CLEAN_END_RE.search(msg):
+            return []
+        err = self._bare_error
+        if err is not None and 0 < line.ref.line - err[0].line <= _ERROR_BEFORE_END_LINES and err[0].path == line.ref.path:
+            # The server stopped after an error: the end is the error's, not a clean one.
+            return [Event(KIND_CLEAN_END, (line.ref, err[0]), {"after_error": err[1], "error_message": err[2][:500]})]
+        return [Event(KIND_CLEAN_END, (line.ref,), {})]
 
     def finish(self) -> list[Event]:
         out: list[Event] = []
