@@ -141,7 +141,7 @@ _PREFIXES: tuple[tuple[str, LazyRegex], ...] = (
         LazyRegex(None, r"^\((?:Process|stdout|stderr)\) "),
     ),
     # A supervisor that relays each child stream with a level, after its own clock: "[03:13:05] stderr/INFO  ",
-    # "health/ERROR  " (the stream or check's name, a slash, the level, then blanks).
+    # "health/ERROR  " (the stream or check's name, a slash, the level, then one or two blanks: more are the line's own).
     ("stream_level", LazyRegex(None, r"^(?:std(?:out|err)|[a-z][a-z0-9_-]{1,15})/(?:DEBUG|INFO|WARN(?:ING)?|ERROR|CRITICAL|FATAL) {1,2}(?=.)")),
 )
 

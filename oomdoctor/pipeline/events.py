@@ -250,8 +250,9 @@ def _busy(parsers: tuple[_Parser, ...]) -> bool:
 class _QuietLines:
     """Log lines of their own that said nothing (no event, no phase) while every parser was idle: the same words
     again, while they are idle, say nothing again and are not parsed (a warning a busy server prints every step:
-    118,000 of vLLM's graph-profiling notice in 256 MB took a minute one by one). Never a failure's words: the
-    torch parser holds an allocator warning until the error that follows it."""
+    118,000 of vLLM's graph-profiling notice in 256 MB took a minute one by one). Never a failure's words nor an
+    exception's: the torch parser holds an allocator warning until the error that follows it, the record parser
+    the last exception line until a shutdown shows whether the run ended with it."""
 
     def __init__(self, busy: Callable[[], bool]) -> None:
         self.busy = busy
@@ -259,7 +260,8 @@ class _QuietLines:
 
     def key(self, line: Line) -> tuple[str, int] | None:
         """The words and anchors of a log line of its own, if it is one that may say nothing again now."""
-        if line.replayed or any(w in line.msg for w in _FAILURE_WORDS) or self.busy():
+        msg = line.msg
+        if line.replayed or "Error" in msg or "Exception" in msg or any(w in msg for w in _FAILURE_WORDS) or self.busy():
             return None
         return (line.msg, line.anchors)
 
