@@ -36,7 +36,10 @@ def failure_pattern(*extra: str) -> str:
 # not enough memory ("not enough GPU memory for the buffers"); more than it allows ("requires more memory than the
 # budget allows"). An OOM in its words, whatever the exception's class. An illegal memory access, a memory-mapped
 # file, a shared-memory segment are not budgets.
-_SIZE = r"\d+(?:\.\d+)?\s*(?:[KMGT]i?B|B|bytes)\b"
+# A size as the runtimes print it ("1.25 GiB", "671088640 bytes"); the allocator parser reads its figures with it.
+SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
+# A budget check's size may be bare bytes too ("needs 8261206016 B").
+_SIZE = rf"(?:{SIZE}|\d+(?:\.\d+)?\s*B)\b"
 MEMORY_SHORTAGE = (
     r"(?i)\b(?:memory|vram|hbm|cache)\s+budget\b.{0,80}?\b(?:too small|exceed\w*|insufficient)\b"
     r"|\bbudget\s+(?:is\s+)?too small\b"

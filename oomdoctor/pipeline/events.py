@@ -237,11 +237,6 @@ def _repeating(declared: tuple[tuple[tuple[bytes, str], ...], ...]) -> dict[byte
     return repeating
 
 
-@functools.cache
-def _notice_texts() -> tuple[bytes, ...]:
-    return tuple(t.encode() for t in em.notice_texts())
-
-
 def _busy(parsers: tuple[_Parser, ...]) -> bool:
     """Whether a parser holds a record open (a parser without ``pending`` reads every line: always)."""
     return any(getattr(p, "pending", True) for p in parsers)
@@ -330,7 +325,7 @@ def read_events(path: str, stats: InputStats, node_scan: NodeScan | None = None)
     routes = tuple(_Route(p) for p in parsers)
     repeating = _repeating(tuple(getattr(p, "REPEATING", ()) for p in parsers))
     busy = functools.partial(_busy, parsers)
-    reading = Reading(ANCHORS, busy, _context_worth(parsers), repeating, _KEEP_FIRST, _KEEP_LAST, _notice_texts)
+    reading = Reading(ANCHORS, busy, _context_worth(parsers), repeating, _KEEP_FIRST, _KEEP_LAST, em.notice_texts)
     store = _EventStore()
     counter = [0]
     # Anchored lines no event has cited yet; a wrapped message cites its first line only once its

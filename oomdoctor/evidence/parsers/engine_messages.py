@@ -112,10 +112,10 @@ def notice_anchors() -> tuple[bytes, ...]:
 
 
 @functools.cache
-def notice_texts() -> tuple[str, ...]:
+def notice_texts() -> tuple[bytes, ...]:
     """Each notice's fixed text: its template with every placeholder a newline, which no literal holds. A scanner
     literal inside it is the notice's own word ("not enough" in vLLM's preemption warning), not news on its line."""
-    return tuple(_PLACEHOLDER.compiled.sub("\n", e.template) for e in table().entries if e.notice)
+    return tuple(_PLACEHOLDER.compiled.sub("\n", e.template).encode() for e in table().entries if e.notice)
 
 
 def _values(entry: Entry, m: re.Match[str]) -> dict[str, Any]:

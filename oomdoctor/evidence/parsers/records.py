@@ -15,6 +15,7 @@ from oomdoctor.base.evidence import Event, Line, LineRef
 from oomdoctor.base.oom_words import ALLOCATOR_WORDS
 from oomdoctor.evidence.parsers.frames import FRAME_ANCHORS, FRAME_ANYWHERE, frame_of
 from oomdoctor.input.patterns import lazy
+from oomdoctor.input.scan import BEFORE_LINES
 
 KIND_RECORD = "failure_record"
 KIND_CUT = "cut_marker"
@@ -63,8 +64,6 @@ BEFORE_ANCHORS: tuple[bytes, ...] = (
     b"Shutting down gracefully",
     b"Exiting normally",
 )
-# How far above a clean end an error line still precedes it (the lines the scanner reads above it).
-_ERROR_BEFORE_END_LINES = 12
 
 _TRACEBACK_RE = lazy("Traceback", r"Traceback \(most recent call last\)")
 # The lines of an exception's message after its first (PyTorch's CUDA error adds three) that the record waits
@@ -301,7 +300,7 @@ class RecordParser:
         if not _CLEAN_END_RE.search(msg):
             return []
         err = self._bare_error
-        if err is not None and 0 < line.ref.line - err[0].line <= _ERROR_BEFORE_END_LINES and err[0].path == line.ref.path:
+        if err is not None and 0 < line.ref.line - err[0].line <= BEFORE_LINES and err[0].path == line.ref.path:
             # The server stopped after an error: the end is the error's, not a clean one.
             return [Event(KIND_CLEAN_END, (line.ref, err[0]), {"after_error": err[1], "error_message": err[2][:500]})]
         return [Event(KIND_CLEAN_END, (line.ref,), {})]

@@ -13,7 +13,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from oomdoctor.base.evidence import Event, Line, LineRef, ProcessUsage
-from oomdoctor.base.oom_words import ALLOCATOR_WORDS
+from oomdoctor.base.oom_words import ALLOCATOR_WORDS, SIZE
 from oomdoctor.evidence import phase as phase_tables
 from oomdoctor.evidence.parsers import oom_signatures as sig
 from oomdoctor.evidence.parsers.captures import named, typed
@@ -90,7 +90,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"killed by SIGKILL by OOM killer",
 )
 
-_SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B)"
+_SIZE = SIZE
 
 # --- the allocator message -------------------------------------------------------------------
 # The words of the caching allocator's warning before it raises (below); the message's start, its hint and the
