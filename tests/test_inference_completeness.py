@@ -76,3 +76,32 @@ def test_phase_from_frames_beats_context_and_moves_confidence(run_cli) -> None:
 def test_engine_verdict_lines_stay_high(run_cli) -> None:
     v = run_cli("diagnose", str(FIXTURES / "sglang-startup-kv" / "pos_h100_qwen3_omni_g2.log"), "--format", "json").json["verdict"]
     assert v["class"] == "startup_kv" and v["confidence"] >= 0.9 and v["evidence"] == "complete"
+
+
+# SGLang 0.4's scheduler traceback as a user pastes it above the log it belongs to (sgl-project/sglang#4895's layout):
+# the first frames, a blank line, then the launch command and the server's own lines.
+_CUT_ABOVE_LOG = """[2025-03-29 18:18:34 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1999, in run_scheduler_process
+    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, dp_rank)
+  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 249, in __init__
+    self.tp_worker = TpWorkerClass(
+{exception}
+python3 -m sglang.launch_server --model-path /models/gemma-3-27b-it --port 30000
+[2025-03-29 18:12:40] server_args=ServerArgs(model_path='/models/gemma-3-27b-it', mem_fraction_static=0.88, tp_size=1)
+[2025-03-29 18:18:34 TP0] Load weight end. type=Gemma3ForConditionalGeneration, dtype=torch.bfloat16, avail mem=3.64 GB, mem usage=18.82 GB.
+"""
+
+
+def test_a_traceback_cut_above_more_pasted_log_is_incomplete(run_cli, tmp_path) -> None:
+    """Python always ends a traceback with its exception line: the last one of a paste that never reached it was cut,
+    though the paste goes on below it. Near miss: the same traceback with its exception line is a whole record."""
+    cut = tmp_path / "cut.log"
+    cut.write_text(_CUT_ABOVE_LOG.format(exception=""))
+    v = run_cli("diagnose", str(cut), "--format", "json").json["verdict"]
+    assert (v["evidence"], v["inconclusive"]) == ("incomplete", True)
+    assert "the traceback from line 1 (its last frame at line 4) has no exception line" in v["evidence_reason"]
+    assert v["confidence"] <= 0.35
+    whole = tmp_path / "whole.log"
+    whole.write_text(_CUT_ABOVE_LOG.format(exception="ValueError: unsupported rope scaling type 'yarn2'"))
+    v = run_cli("diagnose", str(whole), "--format", "json").json["verdict"]
+    assert (v["class"], v["evidence"]) == ("none", "complete")

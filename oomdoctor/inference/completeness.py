@@ -76,6 +76,16 @@ def assess(
         else:
             reason = f"the input stops inside a traceback (from line {cut_record.ref.line}) before its exception line"
         return Completeness("incomplete", reason, cut_record.ref, record_open=True)
+    cut_inside = records[-1] if records and not records[-1].get("complete") and not oom_decided else None
+    if cut_inside is not None:
+        # Python always ends a traceback with its exception line, so a last record that never reached one was cut by
+        # whoever pasted it: a traceback's first frames, then the server's log (or the command) pasted below them.
+        if cut_inside.get("frames"):
+            where = f"the traceback from line {cut_inside.ref.line} (its last frame at line {cut_inside.get('last_line')})"
+        else:
+            where = f"'{cut_inside.ref.text.strip()[:80]}' at line {cut_inside.ref.line}"
+        reason = f"{where} has no exception line, and the paste goes on with other text"
+        return Completeness("incomplete", reason, cut_inside.ref, record_open=True)
     header = next((e for e in reversed(events) if e.kind in _FAILURE_HEADERS), None)
     # A whole record that ended just above the header is its cause ("Failed: Cuda error ... 'invalid argument'",
     # then "Worker proc VllmWorker-0 died unexpectedly"): nothing is missing then.
