@@ -35,6 +35,11 @@ from oomdoctor.input.prefixes import split_prefix, strip_ansi
         ("\x1b[32m[2025-07-02 07:41:58 TP0] x\x1b[0m", "x", "TP0"),
         ("progress 10%\rprogress 50%\r[2025-07-02 07:41:58 TP0] x", "x", "TP0"),
         ("Load weight end. no prefix", "Load weight end. no prefix", None),
+        # Pipe-joined fields: FastChat's logger around a child's stderr (lm-sys/FastChat#3177), loguru's default.
+        ('2024-03-20 19:18:27 | ERROR | stderr |   File "/x/runpy.py", line 197, in _run_module_as_main', '  File "/x/runpy.py", line 197, in _run_module_as_main', None),
+        ("2023-07-13 01:27:18.636 | ERROR    | detect:inference:85 - CUDA error: x", "CUDA error: x", None),
+        ("2024-03-20 19:18:27 | ERROR | stderr", "2024-03-20 19:18:27 | ERROR | stderr", None),  # cut before its message
+        ("a | b | c", "a | b | c", None),
     ],
 )
 def test_split_prefix(raw: str, msg: str, rank: str | None) -> None:
@@ -196,3 +201,14 @@ def test_a_supervisors_stream_and_level_tag_after_its_clock_is_a_collector_prefi
     assert split_prefix("path/to/INFO  x").msg == "path/to/INFO  x"
     assert split_prefix("see stderr/INFO for details").msg == "see stderr/INFO for details"
     assert split_prefix("Stderr/INFO  x").msg == "Stderr/INFO  x"
+
+
+def test_a_loggers_source_location_with_pid_and_rank_tags_after_its_clock() -> None:
+    """"2025-06-18 13:43:34 ERROR 31423 [ TP6 PP0 scheduler.py:2547] " (a format with "%(process)d [tags file:line]",
+    sgl-project/sglang#7434): every traceback line carries it, so the frames are read and keep the rank. Near
+    misses: a bracketed word that is no source location, a number before text."""
+    s = split_prefix('2025-06-18 13:43:34 ERROR 31423 [ TP6 PP0 scheduler.py:2547]   File "/x/scheduler.py", line 2528, in run_scheduler_process')
+    assert (s.msg, s.rank, s.ts) == ('  File "/x/scheduler.py", line 2528, in run_scheduler_process', "TP6 PP0", "2025-06-18 13:43:34")
+    assert split_prefix("2025-06-18 13:43:34 INFO 31423 [model_runner.py:12] Load weight end.").msg == "Load weight end."
+    assert split_prefix("31423 [see notes] x").msg == "31423 [see notes] x"
+    assert split_prefix("2025-06-18 13:43:34 INFO 3 workers started").msg == "3 workers started"

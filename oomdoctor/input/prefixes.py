@@ -123,6 +123,16 @@ _PREFIXES: tuple[tuple[str, LazyRegex], ...] = (
             r"(?:\.\d+)? \[?[\w./-]+:\d+\] "
         ),
     ),
+    # Fields joined by pipes: Python logging's "%(asctime)s | %(levelname)s | %(name)s | " (FastChat's workers stamp every
+    # line of a child's stderr so: "2024-03-20 19:18:27 | ERROR | stderr |   File ...") and loguru's default
+    # "2023-07-13 01:27:18.636 | ERROR    | module:function:85 - ".
+    (
+        "pipe_fields",
+        LazyRegex(None,
+            r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[,.]\d+)?) \| (?:TRACE|DEBUG|INFO|SUCCESS|WARNING|ERROR|CRITICAL) *\| "
+            r"(?:[\w.-]+ \| ?|[\w.<>-]+:[\w.<>-]+:\d+ - )"
+        ),
+    ),
     # Python logging as SGLang Omni configures it: "2026-03-29 22:51:55,108 [WARNING] ".
     (
         "pylogging",
@@ -135,6 +145,9 @@ _PREFIXES: tuple[tuple[str, LazyRegex], ...] = (
             r"(?:\[(?P<level>[A-Za-z]+)\] |(?=(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2})|(?=\[\d{2}|\[rank\d+\]:|\((?:[A-Za-z]\w*(?: \w+=[^\s,)]+,?)+|pid=\d+[^)]*)\) )|(?P<l2>[A-Z]+) )"
         ),
     ),
+    # A logger's source location after its clock and level, with the process id and rank tags a format may put in it:
+    # "2025-06-18 13:43:34 ERROR 31423 [ TP6 PP0 scheduler.py:2547] " ("%(process)d [%(tags)s %(filename)s:%(lineno)d]").
+    ("logger_location", LazyRegex(None, r"^(?:\d{1,7} )?\[ ?(?P<tags>(?:(?:DP|PP|TP|EP|ATTN_CP|MOE_DP|CP)\d+ )*)[\w.-]+\.py:\d+\] ?")),
     # Process-supervisor tags some launchers add before the engine's own prefix: "(Process) ".
     (
         "supervisor",
@@ -167,7 +180,9 @@ _FIRST_CHARS: dict[str, LazyRegex] = {
         ("sglang_gpu", r"\["),
         ("vllm_proc", r"\("),
         ("vllm_level", r"[DIWEC]"),
+        ("pipe_fields", r"\d"),
         ("pylogging", r"\d"),
+        ("logger_location", r"[\d\[]"),
         ("supervisor", r"\("),
         ("stream_level", r"[a-z]"),
     )
@@ -187,7 +202,7 @@ def _entries(text: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
 
 
 # The prefixes a program's logger writes (see Stripped.program); the others are collectors'.
-_PROGRAM_PREFIXES = frozenset({"ray", "torch_rank", "sglang", "sglang_gpu", "vllm_proc", "vllm_level", "pylogging"})
+_PROGRAM_PREFIXES = frozenset({"ray", "torch_rank", "sglang", "sglang_gpu", "vllm_proc", "vllm_level", "pylogging", "logger_location", "pipe_fields"})
 
 
 def strip_ansi(text: str) -> str:
@@ -247,12 +262,13 @@ def split_prefix(raw: str) -> Stripped:
                 svc = groups["svc"]
             elif name == "torch_rank":
                 ranks.append(groups["rank"])
-            elif name == "sglang":
-                ts = ts or groups["ts"]
+            elif name in ("sglang", "logger_location"):
+                # A location tag's rank tags are SGLang's style, but other loggers print them too: no system then.
+                ts = ts or groups.get("ts")
                 tag = _sglang_rank(groups["tags"])
                 if tag:
                     ranks.append(tag)
-                    system = system or "sglang"
+                    system = system or ("sglang" if name == "sglang" else None)
             elif name == "sglang_gpu":
                 ranks.append(f"gpu{groups['gpu']}")
             elif name in ("vllm_proc", "vllm_level"):
