@@ -469,6 +469,9 @@ def test_driver_and_library_allocation_failures(text: str, source: str) -> None:
         "ERROR: failed to allocate host memory for the pinned buffer",
         "failed to allocate port 8000",
         "Allocated device memory: 12.00 GiB",
+        # The same check macro's other errors, and a pool's own progress that says "Attempting to allocate".
+        "CUDA error 700 at ggml-cuda.cu:6776: an illegal memory access was encountered",
+        "Attempting to allocate 1024 bytes from the staging pool",
         # SGLang's retraction notice is the catalogue's (a normal answer to a full KV pool), never an OOM.
         "Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: 0.0980 -> 0.9446",
     ],
@@ -508,6 +511,8 @@ def test_the_oom_start_hint_holds_wherever_the_start_pattern_matches() -> None:
         # AWS Neuron's runtime allocator under DJL Serving (deepjavalibrary/djl-serving#1847, a field case).
         "ERROR  TDRV:dmem_alloc_internal                     Failed to alloc DEVICE memory: 469762048",
         "unable to allocate 2.00 GiB of GPU memory for the workspace",
+        # The "%s error %d at %s:%d: %s" of many projects' CUDA check macro (llama.cpp 2023, ggml-org/llama.cpp#1230).
+        "CUDA error 2 at ggml-cuda.cu:359: out of memory",
     ],
 )
 def test_a_runtime_no_table_knows_stating_an_oom_is_an_oom_without_numbers(line: str) -> None:
@@ -707,3 +712,28 @@ def test_the_message_after_the_warning_is_the_failure_and_the_warning_is_not_cou
     assert len(with_warning) == 1
     assert with_warning[0].values == without[0].values
     assert with_warning[0].ref.line == 5 and with_warning[0].get("stage") == without[0].get("stage") != "unknown"
+
+
+def test_mlxs_refusal_of_a_buffer_above_the_devices_limit_is_a_device_oom_with_its_figures() -> None:
+    """MLX's Metal allocator ("[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed
+    buffer size of M bytes."), as ollama's mlx runner relays it (ollama/ollama#17804) and as the C++ exception escapes
+    without its tag (Blaizzy/mlx-vlm#121); cut after "which is" by a wrap, the request alone."""
+    for line, limit in (
+        ("Error: 500 Internal Server Error: mlx runner failed: panic: mlx: [metal::malloc] Attempting to allocate 133872076800 bytes which is greater than the maximum allowed buffer size of 30150672384 bytes.", 30150672384),
+        ("libc++abi: terminating due to uncaught exception of type std::runtime_error: Attempting to allocate 135383101952 bytes which is greater than the maximum allowed buffer size of 77309411328 bytes.", 77309411328),
+        ("RuntimeError: [metal::malloc] Attempting to allocate 25353916928 bytes which is", None),
+    ):
+        (oom,) = [e for e in feed([line]) if e.kind == KIND_DRIVER_OOM]
+        assert oom.get("source") == "metal_buffer_limit"
+        assert oom.get("buffer_limit_bytes") == limit
+        assert oom.get("requested_bytes") in (133872076800, 135383101952, 25353916928)
+
+
+def test_the_kernels_oom_reaper_line_is_a_host_kill() -> None:
+    """mm/oom_kill.c's "oom_reaper: reaped process %d (%s), now anon-rss:..." follows the kill: a paste that kept only it
+    (kvcache-ai/ktransformers#890 has it re-typed as "oom reaper: reaped process 2583(python),now") shows the kill.
+    Near miss: another program's "reaped process" line."""
+    for line in ("oom_reaper: reaped process 2583 (python), now anon-rss:0kB, file-rss:64784kB, shmem-rss:4672kB", "oom reaper: reaped process 2583(python),now"):
+        (host,) = [e for e in feed([line]) if e.kind == KIND_HOST_OOM]
+        assert (host.get("source"), host.get("strength")) == ("kernel_oom_reaper", "strong")
+    assert [e for e in feed(["supervisord: reaped process 1234 (worker) exit status 0"]) if e.kind == KIND_HOST_OOM] == []

@@ -379,3 +379,19 @@ def test_the_capture_bars_free_memory_is_read_from_sglangs_piecewise_and_decode_
     d = diagnose([str(log)], RULES)
     assert d.facts.get("capture_avail_bytes") == round(0.05 * GIB)
     assert d.verdict_class == "cuda_graph" and d.findings[0].rule is None
+
+
+def test_a_buffer_above_the_devices_largest_is_an_activation_no_memory_serves(tmp_path: Path) -> None:
+    """MLX's refusal of one buffer larger than the device allows (mlx-vlm#121's line): the request exceeds what the
+    device gives in one piece, so the activation classes gain a step and weights and fragmentation are excluded.
+    Near miss: the same refusal cut before its limit says nothing of the request's kind."""
+    log = tmp_path / "mlx.log"
+    log.write_text("libc++abi: terminating due to uncaught exception of type std::runtime_error: Attempting to allocate 135383101952 bytes which is greater than the maximum allowed buffer size of 77309411328 bytes.\n")
+    d = diagnose([str(log)], RULES)
+    assert d.facts.values["request_exceeds_card"] is True and d.facts.values["buffer_limit_bytes"] == 77309411328
+    diff = {c["class"]: c for c in d.findings[0].extra["differential"]}
+    assert "weights_dont_fit" not in diff and "fragmentation" not in diff
+    assert {c["class"] for c in d.findings[0].extra["differential"][:2]} == {"runtime_activation", "encoder_starvation"}
+    cut = tmp_path / "cut.log"
+    cut.write_text("RuntimeError: [metal::malloc] Attempting to allocate 25353916928 bytes which is\n")
+    assert "request_exceeds_card" not in diagnose([str(cut)], RULES).facts.values

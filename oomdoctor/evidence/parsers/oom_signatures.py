@@ -62,6 +62,18 @@ DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     # Apple's GPUs (llama.cpp's Metal backend, MLX): "Command buffer execution failed: Insufficient Memory
     # (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)".
     ("metal", lazy("kIOGPUCommandBufferCallbackErrorOutOfMemory", r"kIOGPUCommandBufferCallbackErrorOutOfMemory")),
+    # MLX's Metal allocator refusing one buffer larger than the device allows (mlx/backend/metal/allocator.cpp:
+    # "[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size of M
+    # bytes."), as mlx-vlm and ollama's mlx runner relay it, the tag dropped where the C++ exception escapes ("libc++abi:
+    # terminating due to uncaught exception of type std::runtime_error: Attempting to allocate ..."); a paste may wrap
+    # it after "which is".
+    (
+        "metal_buffer_limit",
+        lazy(
+            "Attempting to allocate",
+            r"Attempting to allocate (?P<requested_bytes>\d+) bytes which is(?: greater than the maximum allowed buffer size(?: of (?P<buffer_limit_bytes>\d+) bytes)?|\s*$)",
+        ),
+    ),
     # llama.cpp's loader when a device buffer for the model's tensors could not be allocated (llama-model.cpp:
     # "unable to allocate %s buffer" with the buffer type's name: CUDA0, ROCm0, Vulkan0, Metal; 2024's "unable to
     # allocate backend buffer"), as ollama relays it ("llama runner process has terminated: error loading model:
@@ -69,6 +81,7 @@ DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     # only after plain host memory failed too) are the host's (ggml_host_buffer below).
     ("ggml_model_buffer", lazy("unable to allocate", r"unable to allocate (?!CPU|\w+_Host\b)(?:backend|[A-Z]\w*) buffer\b")),
 )
+# A row's named groups are figures of its event, in bytes (oom_signatures' rows name them as the facts do).
 # The device OOMs only ggml (llama.cpp, ollama) reports: its CUDA backend's cudaMalloc, its loader's buffer, and an
 # OOM stated on a line llama.cpp's own function tag begins (stated_oom): llama.cpp's flags are the levers then.
 GGML_SOURCES = frozenset({"ggml_cuda_malloc", "ggml_model_buffer", "ggml_statement"})
@@ -85,7 +98,9 @@ SOURCE_STAGE = {"ggml_model_buffer": "weight_loading"}
 OOM_STATEMENT_RE = lazy(
     ("out of memory", "Out of memory", "Out of Memory", "Out Of Memory", "OUT OF MEMORY", "OutOfMemory", "memory"),
     r"^\W{0,3}out of memory\b(?!\s+(?:errors?|issues?|problems?)\b)"
-    r"|^(?:\w+ )?[\w.]*(?:error|exception|fatal|failure)\w*\s*:\s*(?:[\w .]{0,40}:\s*)?(?:cuda |gpu |device )?out of memory\b"
+    # The error tag may carry its code and where it was raised before the colon, as CUDA checks print it
+    # ("CUDA error 2 at ggml-cuda.cu:359: out of memory": the "%s error %d at %s:%d: %s" of many projects' macro).
+    r"|^(?:\w+ )?[\w.]*(?:error|exception|fatal|failure)\w*(?:\s+\d+)?(?:\s+at\s+\S+?:\d+)?\s*:\s*(?:[\w .]{0,40}:\s*)?(?:cuda |gpu |device )?out of memory\b"
     r"|\b(?:failed|unable|cannot|could not|can't)\b[^.:]{0,80}:\s*out of memory\b"
     # An error code or status named for it in one word (TensorRT's "Error Code 2: OutOfMemory (no further
     # information)"); not the exception class OutOfMemoryError, which the allocator message's parsers read.
@@ -139,6 +154,9 @@ HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     # The kernel's record, global or a memory cgroup's ("Memory cgroup out of memory: Killed process"),
     # with the killed process's resident memory when the line keeps it.
     ("kernel_oom_killer", "strong", lazy("Killed process", r"[Oo]ut of memory: Killed process (\d+) \(([^)]*)\)(?:.*?anon-rss:\s*(\d+)kB)?")),
+    # The kernel's reaper after such a kill (mm/oom_kill.c: "oom_reaper: reaped process %d (%s), now anon-rss:%lukB,
+    # file-rss:%lukB, shmem-rss:%lukB"): the kill line itself may be cut from the paste.
+    ("kernel_oom_reaper", "strong", lazy(("oom_reaper: reaped process", "oom reaper: reaped process"), r"oom[_ ]reaper: reaped process \d+ ?\(")),
     # Slurm's step: "Detected 1 oom-kill event(s) in step 3495064.0 cgroup", "Detected 2 oom_kill events in
     # StepId=JOBID.13"; srun's "task 0: Out Of Memory"; a cgroup v2 memory.events line "oom_kill 3".
     (

@@ -88,6 +88,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"too large for system",
     b"A worker died or was killed",
     b"killed by SIGKILL by OOM killer",
+    b"reaped process",
+    b"Attempting to allocate",
 )
 
 _SIZE = SIZE
@@ -393,8 +395,9 @@ class TorchParser:
             return out
 
         for pattern, source in sig.DRIVER_DISPATCH.candidates(msg):
-            if pattern.search(msg):
-                out.append(self._driver_oom(line, msg, source))
+            dm = pattern.search(msg)
+            if dm:
+                out.append(self._driver_oom(line, msg, source, dm.groupdict()))
                 return out
         if "in function ggml_cuda_pool" in msg:
             pm = sig.GGML_POOL_RE.search(msg)
@@ -437,11 +440,13 @@ class TorchParser:
         source = "ggml_statement" if sig.LLAMA_CPP_TAG_RE.match(statement) else "oom_statement"
         return [self._driver_oom(line, statement, source)]
 
-    def _driver_oom(self, line: Line, msg: str, source: str) -> Event:
-        """A device OOM without the allocator's numbers, its stage from the frames above it (or the message's own)."""
+    def _driver_oom(self, line: Line, msg: str, source: str, figures: dict[str, str | None] | None = None) -> Event:
+        """A device OOM without the allocator's numbers (but those its own message gives), its stage from the frames
+        above it (or the message's own)."""
         frames = tuple(self._frames_of(line.ref.rank))
         stage, phase = classify_frames(frames)
         driver: dict[str, object] = {"source": source, "stage": stage, "frames": frames[-40:]}
+        driver.update((key, int(value)) for key, value in (figures or {}).items() if value is not None)
         if stage == "unknown" and source in sig.SOURCE_STAGE:
             stage = phase = driver["stage"] = sig.SOURCE_STAGE[source]
             driver["stage_source"] = "message"

@@ -31,8 +31,12 @@ def allocator_facts(f: Facts, refs: tuple[LineRef, ...]) -> None:
         if requested > 0:
             f.set("fragmentation_coverage", round(unalloc / requested, 2), *refs)
     f.set("fragmentation_plausible", plausible, *refs)
+    limit = f.get("buffer_limit_bytes")
     if requested is not None and capacity:
         f.set("request_exceeds_card", requested > capacity, *refs)
+    elif requested is not None and limit:
+        # The device's largest single buffer (Metal's): a request above it is one no memory on the card would serve.
+        f.set("request_exceeds_card", requested > limit, *refs)
     elif requested is not None and requested < oom_arithmetic.SMALLEST_SERVING_GPU_BYTES:
         # The message was cut before the card's size, but no GPU a server runs on is this small.
         f.set("request_exceeds_card", False, *refs)

@@ -14,6 +14,7 @@ KIND_HOST_DETAIL = "host_detail"
 # The message's figures, in the order they are set; those that other sources give too are ranked in PRECEDENCE.
 _MESSAGE_FIGURES = (
     "requested_bytes",
+    "buffer_limit_bytes",
     "free_bytes",
     "capacity_bytes",
     "allocated_bytes",
