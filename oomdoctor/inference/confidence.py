@@ -10,6 +10,8 @@ reader sees why a finding is at 0.55 and not at its rule's 0.8:
 - the OOM message stops before its last clause (-0.10), for a class computed from its numbers;
 - the serving system is a fallback (from line prefixes or frame paths, not engine lines) (-0.05);
 - the evidence is a fragment (-0.05) or the input stops inside a later record (-0.05);
+- the OOM is stated in words only, by a runtime no table knows (the last resort, parsers/oom_signatures.py):
+  no figures, and not which memory ran out, the device's or the host's pinned memory (-0.10), for a GPU class;
 - two classes hold equally: capped at 0.60; so is a startup KV verdict when whether the weights leave
   room for one request rests on the assumed 1 GiB of KV (weights_dont_fit holds as well).
 Engine-authored verdict lines ("Not enough memory ...", vLLM's KV-cache errors, "Free memory on
@@ -41,6 +43,7 @@ MESSAGE_CUT = -0.10
 SYSTEM_FALLBACK = -0.05
 FRAGMENT = -0.05
 LATER_RECORD_CUT = -0.05
+STATED_ONLY = -0.10
 TIE_CAP = 0.60
 ENGINE_FLOOR = 0.90
 HYPOTHESIS_CAP = 0.45
@@ -63,6 +66,7 @@ class Evidence(NamedTuple):
     system_fallback: bool
     status: str  # complete | incomplete | fragment
     observer_only: bool = False  # the OOM is known only from the capture hook's observer record
+    stated_only: bool = False  # the OOM is the last resort's statement: words, no figures, no known runtime
 
 
 def adjust(base: float, used: set[str], ev: Evidence, klass: str = "") -> tuple[float, list[Factor]]:
@@ -83,6 +87,8 @@ def adjust(base: float, used: set[str], ev: Evidence, klass: str = "") -> tuple[
         )
     if used & ALLOCATOR_FACTS and ev.message_complete is False:
         factors.append(Factor("the OOM message stops before its last clause", MESSAGE_CUT))
+    if ev.stated_only and not engine and klass != "host_oom":
+        factors.append(Factor("the OOM is stated in words only, by a runtime no table knows: no figures, and not which memory (the GPU's or the host's pinned memory) ran out", STATED_ONLY))
     if ev.system_fallback and not engine:
         factors.append(Factor("the serving system is inferred from line prefixes or frame paths", SYSTEM_FALLBACK))
     if ev.status == "fragment":
