@@ -240,13 +240,20 @@ def no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputS
         value, factors = 0.9, []
         summary += " The server shut down cleanly."
     elif facts is not None and (facts.get("retraction_events") or facts.get("preemptions")):
-        # The engine's own lines say what happened: a full KV pool handled by retracting or
-        # preempting requests, which is how it avoids an OOM, not an OOM.
-        value, factors = 0.9, []
-        what = f"{facts.get('retraction_events')} retraction(s)" if facts.get("retraction_events") else f"{facts.get('preemptions')} preemption(s)"
+        # The engine's own lines say what happened: a full KV pool handled by retracting or preempting requests,
+        # which is how it avoids an OOM. Whether that is the trouble the input was brought for (requests that
+        # stall or crawl: the KV pool too small for the load, kv_exhaustion) or a healthy server's routine, the
+        # lines do not say: a reading between the two, not a confident "nothing is wrong".
+        retracted = facts.get("retraction_events")
+        what = f"{retracted} retraction(s)" if retracted else f"{facts.get('preemptions')} preemption(s)"
+        fewer = "--max-running-requests" if retracted else "--max-num-seqs"  # SGLang retracts, vLLM preempts
+        value = _KV_POOL_RAN_OUT_CONFIDENCE
+        factors = [confidence.Factor(f"the engine ran out of KV cache space ({what}): kv_exhaustion if requests stalled or slowed", round(value - 0.9, 2))]
         summary += (
-            f" The engine logged {what}: it ran out of KV cache slots and deferred requests, which is its normal answer to a full "
-            "KV pool, not an out-of-memory error. More KV (a higher memory fraction, fewer running requests) only reduces how often."
+            f" The engine logged {what}: it ran out of KV cache space and deferred requests, which is its normal answer to a full "
+            "KV pool, not an out-of-memory error. If requests stalled or throughput fell, that is the KV pool too small for the load "
+            f"(kv_exhaustion): admit fewer requests at once ({fewer}) or give the KV cache more memory; "
+            "if nothing else went wrong, nothing needs fixing."
         )
     # A failure that is not an OOM but that people tune memory flags for: say so.
     if other is not None:
@@ -277,6 +284,8 @@ def no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputS
 _STARTUP_PHASES = ("graph_capture",)
 # Below a cut record's hypothesis: a cut record shows a crash began; a log that merely stops does not.
 _STOPPED_HYPOTHESIS_DELTA = -0.15
+# "None" with the engine's own KV shortage in view: as likely as not the trouble itself (the middle of the scale).
+_KV_POOL_RAN_OUT_CONFIDENCE = 0.5
 
 
 def _stopped_during_startup(facts: Facts | None, found: phase_step.Phase) -> bool:
