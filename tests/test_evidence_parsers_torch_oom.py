@@ -737,3 +737,14 @@ def test_the_kernels_oom_reaper_line_is_a_host_kill() -> None:
         (host,) = [e for e in feed([line]) if e.kind == KIND_HOST_OOM]
         assert (host.get("source"), host.get("strength")) == ("kernel_oom_reaper", "strong")
     assert [e for e in feed(["supervisord: reaped process 1234 (worker) exit status 0"]) if e.kind == KIND_HOST_OOM] == []
+
+
+def test_rays_table_of_the_largest_processes_is_its_oom_killers_report() -> None:
+    """Ray's memory monitor (memory_monitor.cc) ends its kill report with "Top 10 memory users:" and a
+    "PID\\tMEM(GB)\\tCOMMAND" table: a paste that kept only the table (verl-project/verl#224) shows the kill.
+    Near misses: ps's and top's own headers."""
+    for lines in (["PID\tMEM(GB)\tCOMMAND", "40126\t11.20\tray::WorkerDict.actor_rollout_generate_sequences"], ["PID     MEM(GB) COMMAND"], ["Top 10 memory users:"]):
+        hosts = [e for e in feed(lines) if e.kind == KIND_HOST_OOM]
+        assert [(e.get("source"), e.get("strength")) for e in hosts] == [("ray_memory_monitor", "strong")]
+    for line in ("  PID USER      PR  NI    VIRT    RES  %MEM     TIME+ COMMAND", "  PID TTY          TIME CMD", "USER PID %CPU %MEM VSZ RSS TTY STAT START TIME COMMAND"):
+        assert [e for e in feed([line]) if e.kind == KIND_HOST_OOM] == []

@@ -206,15 +206,17 @@ HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
         lazy(("more system memory", "too large for system"), r"model requires more system memory \([^)]*\) than is available|model request too large for system"),
     ),
     # Ray's memory monitor kills workers before the kernel does.
-    # Its report may reach a paste without its first sentence: the node's memory line and the link to
-    # Ray's OOM-prevention page are its own too.
+    # Its report may reach a paste without its first sentence: the node's memory line, the link to Ray's
+    # OOM-prevention page and its table of the largest processes (memory_monitor.cc's "Top 10 memory users:" and
+    # "PID\tMEM(GB)\tCOMMAND" header, a paste's tabs turned to blanks) are its own too.
     (
         "ray_memory_monitor",
         "strong",
         lazy(
-            ("memory pressure", "running low on memory", "Memory on the node", "ray-oom-prevention"),
+            ("memory pressure", "running low on memory", "Memory on the node", "ray-oom-prevention", "memory users:", "MEM(GB)"),
             r"killed due to memory pressure \(OOM\)|Task was killed due to the node running low on memory"
-            r"|Memory on the node \(IP: [^)]*\) where the (?:task|actor)|docs\.ray\.io/\S*ray-oom-prevention",
+            r"|Memory on the node \(IP: [^)]*\) where the (?:task|actor)|docs\.ray\.io/\S*ray-oom-prevention"
+            r"|Top \d+ memory users:|^\s*PID\s+MEM\(GB\)\s+COMMAND\b",
         ),
     ),
     # Ray's raylet on a worker that vanished ("A worker died or was killed while executing a task by an unexpected system

@@ -89,6 +89,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"A worker died or was killed",
     b"killed by SIGKILL by OOM killer",
     b"reaped process",
+    b"memory users:",
+    b"MEM(GB)",
     b"Attempting to allocate",
 )
 
