@@ -131,6 +131,12 @@ def _facts_of(log: Path) -> dict:
     return diagnose([str(log)], RULES).facts.values
 
 
+def _facts_of_text(tmp_path: Path, name: str, text: str) -> dict:
+    log = tmp_path / name
+    log.write_text(text + "\n")
+    return _facts_of(log)
+
+
 def test_slack_counts_for_fragmentation_only_where_the_contract_calls_it_material() -> None:
     # Material: 4.20 GiB reserved-but-unallocated on an 80 GB card (the contract's test: 2% of it, 1.58 GiB).
     material = {c.klass: c for c in df.differential(_facts_of(FIXTURES / "allocator-fragmentation" / "pos_fragmented_decode.log"))}
@@ -145,7 +151,7 @@ def test_slack_counts_for_fragmentation_only_where_the_contract_calls_it_materia
     assert slack["fragmentation"].evidence_against == ("the request needed the reserved-but-unallocated memory, and its 611.60 MiB is below what counts as fragmentation on this card (1.58 GiB): the allocator's normal slack",)
     assert slack["fragmentation"].likelihood < slack["runtime_activation"].likelihood
     # Free memory alone covered the request: the slack was not what was missing, and the test says nothing.
-    covered = {**facts, "free_bytes": facts["requested_bytes"]}
+    covered = {**facts, "free_bytes": facts["requested_bytes"], "free_to_process_bytes": facts["requested_bytes"]}
     assert {c.klass: c for c in df.differential(covered)}["fragmentation"].evidence_for
 
 
@@ -395,3 +401,23 @@ def test_a_buffer_above_the_devices_largest_is_an_activation_no_memory_serves(tm
     cut = tmp_path / "cut.log"
     cut.write_text("RuntimeError: [metal::malloc] Attempting to allocate 25353916928 bytes which is\n")
     assert "request_exceeds_card" not in diagnose([str(cut)], RULES).facts.values
+
+
+def test_under_a_per_process_cap_the_cards_free_memory_is_not_the_processs(tmp_path: Path) -> None:
+    """A PyTorch OOM under torch.cuda.set_per_process_memory_fraction ("23.77 GiB allowed", predibase/lorax#94's
+    line): the card had 23.44 GiB free, but the process could take only what its cap left above what it had
+    reserved (none), so free memory did not cover the 2 MiB request and the 92 MiB of slack below the
+    materiality test is the allocator's own: one step against fragmentation, not one for it."""
+    line = (
+        "Server error: CUDA out of memory. Tried to allocate 2.00 MiB (GPU 0; 47.54 GiB total capacity; 23.68 GiB already allocated; "
+        "23.44 GiB free; 23.77 GiB allowed; 23.77 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting "
+        "max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"
+    )
+    facts = _facts_of_text(tmp_path, "capped.log", line)
+    assert facts["free_bytes"] > facts["requested_bytes"] and facts["free_to_process_bytes"] == 0
+    fragmentation = {c.klass: c for c in df.differential(facts)}["fragmentation"]
+    assert fragmentation.evidence_for == () and fragmentation.evidence_against
+    # Near miss: without the cap the same figures are the card's free memory, which covered the request.
+    uncapped = _facts_of_text(tmp_path, "uncapped.log", line.replace(" 23.77 GiB allowed;", ""))
+    assert uncapped["free_to_process_bytes"] == uncapped["free_bytes"]
+    assert {c.klass: c for c in df.differential(uncapped)}["fragmentation"].evidence_for

@@ -47,6 +47,15 @@ def shortfall_bytes(requested_bytes: int, free_bytes: int) -> Derived:
     return Derived(max(shortfall, 0), (Step("shortfall", "requested - free", shortfall, "bytes"),))
 
 
+def free_to_process_bytes(free_bytes: int, allowed_bytes: int | None, allocated_bytes: int | None, reserved_unallocated_bytes: int | None) -> int:
+    """The free memory this process could take: the card's, or under a per-process cap (PyTorch's "N allowed",
+    torch.cuda.set_per_process_memory_fraction) only what the cap leaves above what the process reserved."""
+    if allowed_bytes is None:
+        return free_bytes
+    reserved = (allocated_bytes or 0) + (reserved_unallocated_bytes or 0)
+    return min(free_bytes, max(allowed_bytes - reserved, 0))
+
+
 def reclaimable_bytes(free_bytes: int, reserved_unallocated_bytes: int) -> int:
     """Memory an allocation could have had: free on the card plus the allocator's reserved-but-unallocated."""
     return free_bytes + reserved_unallocated_bytes

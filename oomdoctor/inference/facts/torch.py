@@ -107,6 +107,10 @@ def _message_facts(f: Facts, oom: Event) -> None:
         if selfs:
             f.set("this_process_bytes", selfs[0].used_bytes, *refs)
     requested, free, unalloc = f.get("requested_bytes"), f.get("free_bytes"), f.get("reserved_unallocated_bytes")
+    if free is not None:
+        # Under a per-process cap the card's free memory is not this process's: what it could have had is the cap's.
+        free = oom_arithmetic.free_to_process_bytes(free, f.get("allowed_bytes"), f.get("allocated_bytes"), unalloc)
+        f.set("free_to_process_bytes", free, *refs)
     if requested is not None and free is not None:
         shortfall = oom_arithmetic.shortfall_bytes(requested, free)
         f.set("shortfall_bytes", shortfall.value, *refs, derivation=shortfall)
