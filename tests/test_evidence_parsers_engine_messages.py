@@ -208,3 +208,18 @@ def test_a_retry_or_another_decode_failure_is_not_kv_exhaustion(line: str, tmp_p
     log = tmp_path / "x.log"
     log.write_text(line + "\n")
     assert [e for e in read_events(str(log), InputStats(path=str(log))) if e.kind == em.KIND_ENGINE_MESSAGE] == []
+
+
+def test_a_request_refused_for_a_pre_allocated_cache_too_small_is_the_engines_memory_failure() -> None:
+    """vLLM refuses a prompt whose media item needs more encoder tokens than the encoder cache it pre-allocated
+    (vllm/v1/engine/input_processor.py, 0.16-0.34; vllm-project/vllm#34040 relays it inside a client's JSON error):
+    a memory budget too small, in the engine's words. Near miss: the same cache's sizing notice at startup."""
+    refused = em.recognise(
+        "The decoder prompt contains a(n) image item with length 6042, which exceeds the pre-allocated encoder cache size 4800. "
+        "Please reduce the input size or increase the encoder cache size by setting --limit-mm-per-prompt at startup."
+    )
+    assert refused is not None
+    entry, values, _ = refused
+    assert (entry.klass, entry.memory_failure, values.get("mm_encoder_cache_size")) == ("encoder_starvation", True, 4800)
+    sizing = em.recognise("Encoder cache will be initialized with a budget of 8192 tokens, and profiled with 4 image items of the maximum feature size.")
+    assert sizing is None or not sizing[0].memory_failure
