@@ -472,6 +472,7 @@ def test_driver_and_library_allocation_failures(text: str, source: str) -> None:
         # The same check macro's other errors, and a pool's own progress that says "Attempting to allocate".
         "CUDA error 700 at ggml-cuda.cu:6776: an illegal memory access was encountered",
         "Attempting to allocate 1024 bytes from the staging pool",
+        "hsa_status_t status = HSA_STATUS_SUCCESS; HSA_STATUS_ERROR_INVALID_ISA is not a resource shortage",
         # SGLang's retraction notice is the catalogue's (a normal answer to a full KV pool), never an OOM.
         "Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: 0.0980 -> 0.9446",
     ],
@@ -590,6 +591,8 @@ def test_a_stated_oom_of_a_stream_ordered_allocation_names_its_call() -> None:
         # llama.cpp's loader names the device buffer it could not get: only while placing the model's tensors.
         ("Error: llama runner process has terminated: error loading model: unable to allocate CUDA0 buffer", "ggml_model_buffer", "weight_loading"),
         ("llama_model_load: error loading model: unable to allocate backend buffer", "ggml_model_buffer", "weight_loading"),
+        # ROCm's HSA runtime (sgl-project/sglang#25797 on MI350X).
+        ("HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources.", "hsa_out_of_resources", "unknown"),
     ],
 )
 def test_other_runtimes_device_ooms(line: str, source: str, stage: str) -> None:

@@ -190,11 +190,16 @@ _KV_SHORTAGE_RE = LazyRegex(
 # its "failed to find KV cache slot for ubatch of size 512" (since llama.cpp's KV cache became its "memory", 2025:
 # "decode: failed to find a memory slot for batch of size 32"), ollama's runner ("could not find a kv cache slot"),
 # others' "KV cache exhausted: no free blocks". A retry on a smaller batch is not yet the failure.
-_KV_EXHAUSTED_WORDS: tuple[str, ...] = ("failed to decode the batch", "KV cache slot", "kv cache slot", "memory slot for batch", "KV cache exhausted", "kv cache exhausted")
+_KV_EXHAUSTED_WORDS: tuple[str, ...] = (
+    "failed to decode the batch", "KV cache slot", "kv cache slot", "memory slot for batch", "KV cache exhausted", "kv cache exhausted", "enough cache entries",
+)
 _KV_EXHAUSTED_RE = LazyRegex(
     _KV_EXHAUSTED_WORDS,
     r"failed to decode the batch(?::\s*KV cache is full|, n_batch = 1\b)|failed to find (?:a )?KV cache slot|failed to find a memory slot for u?batch|could not find a kv cache slot"
-    r"|\b(?:KV|kv) cache (?:is )?exhausted",
+    r"|\b(?:KV|kv) cache (?:is )?exhausted"
+    # A sequence cache's entries (one a running sequence) all taken: TurboMind's "[TM][ERROR] No enough cache entries."
+    # (lmdeploy's LlamaCacheManager), "not enough cache entries" in plainer English.
+    r"|\b(?:[Nn]o|[Nn]ot) enough cache entries\b",
 )
 _KV_EXHAUSTED = Entry("an engine outside the catalogue", "", "", "kv_alloc", "kv_exhaustion", True, "its own line", "")
 _KV_SHORTAGE = Entry("an engine outside the catalogue", "", "", "kv_pool", "startup_kv", True, "its own line", "")

@@ -33,6 +33,9 @@ DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     # vLLM's CUDACHECK in its kernels (csrc/custom_all_reduce.cuh): "Failed: Cuda error <file>:<line> 'out of memory'".
     ("cudacheck", lazy(("Failed: Cuda error", ".cuh:"), r"Failed: (?:Cuda error )?\S+\.cuh?:\d+ 'out of memory'", re.I)),
     ("hip", lazy("hipErrorOutOfMemory", r"hipErrorOutOfMemory")),
+    # ROCm's HSA runtime when a device allocation fails under a kernel launch or a queue ("HSA_STATUS_ERROR_OUT_OF_RESOURCES:
+    # The runtime failed to allocate the necessary resources.", often with "Available Free mem: 30 MB" after it).
+    ("hsa_out_of_resources", lazy("HSA_STATUS_ERROR_OUT_OF_RESOURCES", r"HSA_STATUS_ERROR_OUT_OF_RESOURCES")),
     ("cusolver", lazy(None, r"cusolver_status_alloc_failed", re.I)),
     ("nvrm", lazy("NV_ERR_NO_MEMORY", r"NVRM.*NV_ERR_NO_MEMORY|Out of memory \[NV_ERR_NO_MEMORY\]")),
     # TensorRT-LLM's buffers: "CUDA runtime error in ::cudaMallocAsync(...): out of memory".

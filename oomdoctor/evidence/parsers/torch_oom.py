@@ -90,6 +90,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"killed by SIGKILL by OOM killer",
     b"reaped process",
     b"memory users:",
+    b"HSA_STATUS_ERROR_OUT_OF_RESOURCES",
     b"MEM(GB)",
     b"Attempting to allocate",
 )
