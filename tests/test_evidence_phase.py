@@ -199,3 +199,31 @@ def test_lmdeploys_vision_engine_is_an_encoder_frame() -> None:
     llm = (("/envs/lmdeploy/lib/python3.10/site-packages/lmdeploy/pytorch/engine/engine.py", "_async_loop"),)
     assert phase.classify_frames(vl) == "encoder"
     assert phase.classify_frames(llm) != "encoder"
+
+
+def test_another_ranks_line_just_after_a_failure_with_nothing_before_it_tells_the_phase(tmp_path) -> None:
+    """Ray's driver relays its workers' lines late (QwenLM/Qwen#819's layout: the driver's CUDA OOM, then a worker's
+    "Capturing the model for CUDA graphs"): the ranks step through start-up together, so that line places the
+    failure, one step less sure than lines before it. Near misses: the failing process's own later line, one
+    too far after it, and a line before the failure, which wins."""
+    from oomdoctor.api import diagnose
+
+    oom = "RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n"
+    capture = (
+        "(RayWorkerVllm pid=74362) INFO 12-18 21:44:36 model_runner.py:394] Capturing the model for CUDA graphs. This may lead to unexpected "
+        "consequences if the model is not static. To run the model in eager mode, set 'enforce_eager=True' or use '--enforce-eager' in the CLI.\n"
+    )
+    log = tmp_path / "relayed.log"
+    log.write_text(oom + capture)
+    d = diagnose([str(log)])
+    assert (d.phase.name, d.phase.source, d.facts.values["phase_from_other_ranks"]) == ("graph_capture", "context", True)
+    assert d.verdict_class == "cuda_graph"
+    assert any(f.factor.startswith("the phase comes from another rank's lines") and f.delta == -0.2 for f in d.confidence_factors)
+    own = capture.replace("(RayWorkerVllm pid=74362) ", "")
+    log.write_text(oom + own)
+    assert diagnose([str(log)]).phase.name == "unknown"
+    log.write_text(oom + "x\n" * 4 + capture)
+    assert diagnose([str(log)]).phase.name == "unknown"
+    before = "INFO 12-18 21:44:30 worker.py:100] Loading model weights took 13.99 GB\n"
+    log.write_text(before + oom + capture)
+    assert diagnose([str(log)]).facts.values["phase_from_other_ranks"] is False

@@ -29,6 +29,7 @@ from oomdoctor.input.prefixes import split_prefix, strip_ansi
         ("(VllmWorker rank=3 pid=1090) ERROR 04-30 10:20:36 [v1/worker/gpu_worker.py:12] x", "x", "rank3"),
         ("(Worker_TP0_EP0 pid=641) INFO 01-01 00:00:00 [a.py:1] x", "x", "TP0 EP0"),
         ("(RayWorkerWrapper pid=1699, ip=192.168.223.79) INFO 01-01 00:00:00 a.py:1] x", "x", "pid1699"),
+        ("(RayWorkerVllm pid=74362) INFO 12-18 21:44:36 model_runner.py:394] x", "x", "pid74362"),  # vLLM 0.2-0.3's Ray worker
         ("INFO 08-19 07:51:03 model_runner.py:732] x", "x", None),
         ("2026-03-29 22:51:55,108 [WARNING] sglang_omni.x: y", "sglang_omni.x: y", None),
         ("^[[0;36m[2025-07-02 07:41:58 TP0] x^[[0m", "x", "TP0"),

@@ -367,7 +367,21 @@ def infer(events: list[Event], failure_index: int, oom: Event | None, records: l
     best = best or fallback
     if best is not None:
         return Phase(best[1], "context", best[2], "log lines before the failure")
+    if failure is not None and line is not None:
+        # Nothing before it: the ranks of one server step through start-up together, and a relay (Ray's driver)
+        # prints the other workers' lines late, so another rank's line just after the failure says where they were.
+        rank = failure.ref.rank
+        for e in events[failure_index + 1 :]:
+            if e.ref.line > line + _OTHER_RANKS_AFTER_LINES:
+                break
+            if e.kind == "context_line" and e.ref.rank != rank and e.ref.rank is not None and not e.get("fallback"):
+                return Phase(e.get("phase"), "context", e.ref, OTHER_RANKS_AFTER)
     return UNKNOWN
+
+
+# How far after a failure with nothing before it another rank's line still tells the phase (its relayed lines).
+_OTHER_RANKS_AFTER_LINES = 4
+OTHER_RANKS_AFTER = "another rank's lines just after the failure"
 
 
 def _refine(found: Phase, events: list[Event], failure_index: int) -> Phase:

@@ -3,7 +3,8 @@
 Documented in the README ("How sure it is"). Every move is a named factor in the verdict, so a
 reader sees why a finding is at 0.55 and not at its rule's 0.8:
 
-- the phase came from surrounding log lines only (-0.10) or from nothing (-0.20), for a class
+- the phase came from surrounding log lines only (-0.10), from another rank's lines after the failure
+  (-0.20: the ranks step together, but not its own lines) or from nothing (-0.20), for a class
   that depends on where the failure happened; for ``foreign_process``, nothing showing the phase
   costs the same -0.20 (its fix, freeing the others' memory, is enough only if the process's own
   need fits the card: one still loading a model may need more than the whole card);
@@ -38,6 +39,7 @@ ALLOCATOR_FACTS = frozenset(
 )
 
 PHASE_FROM_CONTEXT = -0.10
+PHASE_FROM_OTHER_RANKS = -0.20
 PHASE_FROM_NOTHING = -0.20
 MESSAGE_CUT = -0.10
 SYSTEM_FALLBACK = -0.05
@@ -67,6 +69,7 @@ class Evidence(NamedTuple):
     status: str  # complete | incomplete | fragment
     observer_only: bool = False  # the OOM is known only from the capture hook's observer record
     stated_only: bool = False  # the OOM is the last resort's statement: words, no figures, no known runtime
+    phase_from_other_ranks: bool = False  # the context phase is another rank's, from its lines after the failure
 
 
 def adjust(base: float, used: set[str], ev: Evidence, klass: str = "") -> tuple[float, list[Factor]]:
@@ -74,7 +77,9 @@ def adjust(base: float, used: set[str], ev: Evidence, klass: str = "") -> tuple[
     factors: list[Factor] = []
     engine = bool(used & ENGINE_FACTS)
     if used & PHASE_FACTS and not engine:
-        if ev.phase_source == "context":
+        if ev.phase_source == "context" and ev.phase_from_other_ranks:
+            factors.append(Factor("the phase comes from another rank's lines just after the failure, not from its own", PHASE_FROM_OTHER_RANKS))
+        elif ev.phase_source == "context":
             factors.append(Factor("the phase comes from surrounding log lines only, not from a traceback", PHASE_FROM_CONTEXT))
         elif ev.phase_source == "none":
             factors.append(Factor("no evidence of the phase (no traceback frames, no startup or serving lines)", PHASE_FROM_NOTHING))

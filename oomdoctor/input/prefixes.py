@@ -58,7 +58,8 @@ def _vllm_proc_rank(name: str, attrs: str) -> str | None:
     if parts:
         return " ".join(parts)
     m = _PID_ATTR.search(attrs)
-    if name.startswith(("VllmWorkerProcess", "RayWorkerWrapper", "Worker")) and m:
+    # RayWorkerVllm: vLLM 0.2-0.3's Ray worker actor (vllm/engine/ray_utils.py), RayWorkerWrapper's name before 0.4.
+    if name.startswith(("VllmWorkerProcess", "RayWorkerWrapper", "RayWorkerVllm", "Worker")) and m:
         return f"pid{m.group(1)}"
     return None
 

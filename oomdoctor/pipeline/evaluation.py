@@ -234,6 +234,7 @@ def _evidence_of(facts: Facts) -> confidence.Evidence:
         status=facts.get("evidence_status", "complete"),
         observer_only=any(e.get("source") == "capture_observer" for e in facts.events) and facts.get("oom_count") == 1,
         stated_only=facts.get("driver_oom_source") == "oom_statement" and not facts.get("torch_oom"),
+        phase_from_other_ranks=bool(facts.get("phase_from_other_ranks")),
     )
 
 

@@ -55,6 +55,7 @@ def phase_facts(f: Facts, events: list[Event], oom_idx: list[int], line_counts: 
     found = phase.infer(events, phase_i, ooms[0] if ooms else None, records)
     f.set("phase", found.name, found.ref)
     f.set("phase_source", found.source, found.ref)
+    f.set("phase_from_other_ranks", found.detail == phase.OTHER_RANKS_AFTER)
     # Serving traffic or a forward frame before the failure means the server was up.
     if found.name in _SERVING_PHASES and not f.get("server_ready"):
         f.set("server_ready", True, found.ref)
