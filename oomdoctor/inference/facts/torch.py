@@ -61,9 +61,18 @@ def _ggml_buffer_facts(f: Facts, events: list[Event], driver: Event) -> None:
         f.set("ggml_buffer_usage", buffer.get("usage"), buffer.ref)
 
 
+# A host kill report's lines (Ray's: its sentence, then its table of the largest processes) within this many lines
+# are one report, cited by its first line.
+_REPORT_LINES = 12
+
+
 def _host_facts(f: Facts, hosts: list[Event]) -> None:
     strong_host = [e for e in hosts if e.get("strength") == "strong"]
-    f.set("host_oom", bool(strong_host), strong_host[-1].ref if strong_host else None)
+    cited = None
+    if strong_host:
+        last = strong_host[-1]
+        cited = next(e for e in strong_host if e.get("source") == last.get("source") and e.ref.path == last.ref.path and 0 <= last.ref.line - e.ref.line <= _REPORT_LINES).ref
+    f.set("host_oom", bool(strong_host), cited)
     weak_host = [e for e in hosts if e.get("strength") == "weak"]
     f.set("host_kill_weak", bool(weak_host), weak_host[-1].ref if weak_host else None)
     if hosts:
