@@ -11,6 +11,7 @@ import re
 
 from oomdoctor.input.patterns import Dispatch, LazyRegex, lazy
 
+# A row's named groups are figures of its event, in bytes, named as the facts are (requested_bytes, buffer_limit_bytes).
 DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     ("cuda_runtime", lazy("CUDA error", r"CUDA error: out of memory")),
     # TurboMind (lmdeploy): "[TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/memory_utils.cu:32".
@@ -84,7 +85,6 @@ DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     # only after plain host memory failed too) are the host's (ggml_host_buffer below).
     ("ggml_model_buffer", lazy("unable to allocate", r"unable to allocate (?!CPU|\w+_Host\b)(?:backend|[A-Z]\w*) buffer\b")),
 )
-# A row's named groups are figures of its event, in bytes (oom_signatures' rows name them as the facts do).
 # The device OOMs only ggml (llama.cpp, ollama) reports: its CUDA backend's cudaMalloc, its loader's buffer, and an
 # OOM stated on a line llama.cpp's own function tag begins (stated_oom): llama.cpp's flags are the levers then.
 GGML_SOURCES = frozenset({"ggml_cuda_malloc", "ggml_model_buffer", "ggml_statement"})
