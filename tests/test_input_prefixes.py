@@ -41,6 +41,10 @@ from oomdoctor.input.prefixes import split_prefix, strip_ansi
         ("2023-07-13 01:27:18.636 | ERROR    | detect:inference:85 - CUDA error: x", "CUDA error: x", None),
         ("2024-03-20 19:18:27 | ERROR | stderr", "2024-03-20 19:18:27 | ERROR | stderr", None),  # cut before its message
         ("a | b | c", "a | b | c", None),
+        # llama.cpp's logger with timestamps (gpustack/llama-box#25); a version number is no such stamp.
+        ("10.05.651.308 E llama_decode: failed to decode, ret = 1", "llama_decode: failed to decode, ret = 1", None),
+        ("3.49.305.007 I srv oaicompat_embeddings_requ: rid 3524387156648", "srv oaicompat_embeddings_requ: rid 3524387156648", None),
+        ("1.2.3 released", "1.2.3 released", None),
     ],
 )
 def test_split_prefix(raw: str, msg: str, rank: str | None) -> None:

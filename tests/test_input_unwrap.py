@@ -146,3 +146,16 @@ def test_colour_codes_take_no_columns() -> None:
     coloured = [green + pieces[0], *pieces[1:-1], pieces[-1] + reset, "[2026-03-02 10:00:42] Exiting."]
     assert wrap_width(coloured) == 90
     assert unwrap_lines(coloured, 90)[0] == green + OOM + reset
+
+
+def test_equal_lines_of_llama_cpps_stamped_log_are_not_a_hard_wrap() -> None:
+    """llama.cpp's logger stamps each line with the time since start (gpustack/llama-box#25): four slot lines of one
+    format came out 164 characters each, and joined as a wrap they hid the next line's "ret = 1" inside the first.
+    Each stamped line starts a line of its own."""
+    stamped = [
+        f"10.05.40{i}.825 W slt              update_slots: rid 10668355152{i} | id 0{i} | task 4{i} | input truncated, n_ctx = 2048, n_keep = 0, n_left = 2048, n_prompt_tokens = 15{i}6"
+        for i in range(4)
+    ]
+    assert len({len(line) for line in stamped}) == 1
+    data = "\n".join([*stamped, "10.05.651.308 E llama_decode: failed to decode, ret = 1", "10.05.651.310 W srv"]).encode() + b"\n"
+    assert unwrap(data, lambda *_: None) == data

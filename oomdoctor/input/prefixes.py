@@ -149,6 +149,9 @@ _PREFIXES: tuple[tuple[str, LazyRegex], ...] = (
     # A logger's source location after its clock and level, with the process id and rank tags a format may put in it:
     # "2025-06-18 13:43:34 ERROR 31423 [ TP6 PP0 scheduler.py:2547] " ("%(process)d [%(tags)s %(filename)s:%(lineno)d]").
     ("logger_location", LazyRegex(None, r"^(?:\d{1,7} )?\[ ?(?P<tags>(?:(?:DP|PP|TP|EP|ATTN_CP|MOE_DP|CP)\d+ )*)[\w.-]+\.py:\d+\] ?")),
+    # llama.cpp's own logger with timestamps (common/log.cpp: minutes, seconds, milliseconds and microseconds since
+    # start, then the level's letter): "10.05.651.308 E llama_decode: ..." (llama-server --log-timestamps, llama-box).
+    ("llama_cpp_log", LazyRegex(None, r"^\d{1,4}\.\d{2}\.\d{3}\.\d{3} (?:[DIWE] )?")),
     # Process-supervisor tags some launchers add before the engine's own prefix: "(Process) ".
     (
         "supervisor",
@@ -184,6 +187,7 @@ _FIRST_CHARS: dict[str, LazyRegex] = {
         ("pipe_fields", r"\d"),
         ("pylogging", r"\d"),
         ("logger_location", r"[\d\[]"),
+        ("llama_cpp_log", r"\d"),
         ("supervisor", r"\("),
         ("stream_level", r"[a-z]"),
     )
@@ -203,7 +207,7 @@ def _entries(text: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
 
 
 # The prefixes a program's logger writes (see Stripped.program); the others are collectors'.
-_PROGRAM_PREFIXES = frozenset({"ray", "torch_rank", "sglang", "sglang_gpu", "vllm_proc", "vllm_level", "pylogging", "logger_location", "pipe_fields"})
+_PROGRAM_PREFIXES = frozenset({"ray", "torch_rank", "sglang", "sglang_gpu", "vllm_proc", "vllm_level", "pylogging", "logger_location", "pipe_fields", "llama_cpp_log"})
 
 
 def strip_ansi(text: str) -> str:
