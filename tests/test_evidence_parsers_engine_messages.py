@@ -184,6 +184,8 @@ def test_prose_or_another_shortage_is_not_that_failure(line: str, tmp_path) -> N
         "738.50.638.082 W decode: failed to find a memory slot for batch of size 32",
         "panic: failed to decode batch: could not find a kv cache slot (length: 6656)",  # ollama#10127
         "ERROR phase_continue_prefills::run_standard: Prefill chunk error: KV cache exhausted: no free blocks",
+        # llama.cpp's llama_decode return code 1: no KV slot for the batch (gpustack/llama-box#25's server).
+        "10.05.651.308 E llama_decode: failed to decode, ret = 1",
         # TurboMind's sequence cache, every entry a running sequence (InternLM/lmdeploy#277).
         "  what():  [TM][ERROR] No enough cache entries. Assertion fail: /opt/tritonserver/lmdeploy/src/turbomind/models/llama/LlamaCacheManager.cc:62",
     ],
@@ -204,6 +206,9 @@ def test_the_kv_cache_run_out_while_serving_in_any_engines_words(line: str, tmp_
         "W srv        decode: failed to find free space in the KV cache, retrying with smaller batch size, off = 2016, n_batch = 512, ret = 1",
         # Another kind of slot: a memory slot of an allocator table, not a batch's room in the cache.
         "failed to find a memory slot in the registration table",
+        # llama_decode's other return codes are other errors (-1: an invalid batch, 2: aborted).
+        "llama_decode: failed to decode, ret = -1",
+        "llama_decode: failed to decode, ret = 2",
         # A cache's entries counted, not run out.
         "prefix cache: 128 cache entries evicted, enough cache entries remain",
     ],

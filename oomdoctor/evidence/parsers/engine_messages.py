@@ -192,6 +192,7 @@ _KV_SHORTAGE_RE = LazyRegex(
 # others' "KV cache exhausted: no free blocks". A retry on a smaller batch is not yet the failure.
 _KV_EXHAUSTED_WORDS: tuple[str, ...] = (
     "failed to decode the batch", "KV cache slot", "kv cache slot", "memory slot for batch", "KV cache exhausted", "kv cache exhausted", "enough cache entries",
+    "failed to decode, ret = 1",
 )
 _KV_EXHAUSTED_RE = LazyRegex(
     _KV_EXHAUSTED_WORDS,
@@ -199,7 +200,10 @@ _KV_EXHAUSTED_RE = LazyRegex(
     r"|\b(?:KV|kv) cache (?:is )?exhausted"
     # A sequence cache's entries (one a running sequence) all taken: TurboMind's "[TM][ERROR] No enough cache entries."
     # (lmdeploy's LlamaCacheManager), "not enough cache entries" in plainer English.
-    r"|\b(?:[Nn]o|[Nn]ot) enough cache entries\b",
+    r"|\b(?:[Nn]o|[Nn]ot) enough cache entries\b"
+    # llama.cpp's llama_decode returns 1 for "could not find a KV slot for the batch" (llama.h; other codes are other
+    # errors) and logs it as "llama_decode: failed to decode, ret = 1" (llama-box, LM Studio and ollama relay it).
+    r"|\bllama_decode: failed to decode, ret = 1\b",
 )
 _KV_EXHAUSTED = Entry("an engine outside the catalogue", "", "", "kv_alloc", "kv_exhaustion", True, "its own line", "")
 _KV_SHORTAGE = Entry("an engine outside the catalogue", "", "", "kv_pool", "startup_kv", True, "its own line", "")
