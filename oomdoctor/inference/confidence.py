@@ -92,7 +92,7 @@ def adjust(base: float, used: set[str], ev: Evidence, klass: str = "") -> tuple[
         )
     if used & ALLOCATOR_FACTS and ev.message_complete is False:
         factors.append(Factor("the OOM message stops before its last clause", MESSAGE_CUT))
-    if ev.stated_only and not engine and klass != "host_oom":
+    if ev.stated_only and not engine and not classes.load().has(klass, "host_steps"):
         factors.append(Factor("the OOM is stated in words only, by a runtime no table knows: no figures, and not which memory (the GPU's or the host's pinned memory) ran out", STATED_ONLY))
     if ev.system_fallback and not engine:
         factors.append(Factor("the serving system is inferred from line prefixes or frame paths", SYSTEM_FALLBACK))
