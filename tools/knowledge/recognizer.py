@@ -32,7 +32,7 @@ MEMORY_FAILURE = re.compile(
     r"no (?:free blocks|available memory|space left)|cannot get \S+ free blocks|is full!|exhausted|"
     r"failed to allocate|allocation failed|cannot allocate|memory exceeds|exceeds? (?:its |the )?(?:\w+ )?(?:memory|budget)|"
     r"less than (?:desired|the engine's budget)|larger than the (?:available|maximum)|does not fit|cannot fit|no room for|too small to serve|"
-    r"cannot get .{0,12}free blocks|running low on memory|exceeds the pre-allocated (?:\w+ )*cache size"
+    r"cannot get .{0,12}free blocks|running low on memory|exceeds the (?:pre-)?allocated (?:[\w-]+ ){0,3}(?:cache )?(?:size|capacity|budget)"
 )
 # The shortest literal the scanner is given: shorter pieces ("Failed to ") would anchor unrelated lines.
 MIN_ANCHOR = 12

@@ -69,13 +69,13 @@ DRIVER_PATTERNS: tuple[tuple[str, LazyRegex], ...] = (
     # MLX's Metal allocator refusing one buffer larger than the device allows (mlx/backend/metal/allocator.cpp:
     # "[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed buffer size of M
     # bytes."), as mlx-vlm and ollama's mlx runner relay it, the tag dropped where the C++ exception escapes ("libc++abi:
-    # terminating due to uncaught exception of type std::runtime_error: Attempting to allocate ..."); a paste may wrap
-    # it after "which is".
+    # terminating due to uncaught exception of type std::runtime_error: Attempting to allocate ..."); a cut paste keeps
+    # the request, the limit only when it is whole.
     (
         "metal_buffer_limit",
         lazy(
             "Attempting to allocate",
-            r"Attempting to allocate (?P<requested_bytes>\d+) bytes which is(?: greater than the maximum allowed buffer size(?: of (?P<buffer_limit_bytes>\d+) bytes)?|\s*$)",
+            r"Attempting to allocate (?P<requested_bytes>\d+) bytes which is\b(?:.*?maximum allowed buffer size of (?P<buffer_limit_bytes>\d+) bytes)?",
         ),
     ),
     # llama.cpp's loader when a device buffer for the model's tensors could not be allocated (llama-model.cpp:
@@ -159,7 +159,7 @@ HOST_PATTERNS: tuple[tuple[str, str, LazyRegex], ...] = (
     ("kernel_oom_killer", "strong", lazy("Killed process", r"[Oo]ut of memory: Killed process (\d+) \(([^)]*)\)(?:.*?anon-rss:\s*(\d+)kB)?")),
     # The kernel's reaper after such a kill (mm/oom_kill.c: "oom_reaper: reaped process %d (%s), now anon-rss:%lukB,
     # file-rss:%lukB, shmem-rss:%lukB"): the kill line itself may be cut from the paste.
-    ("kernel_oom_reaper", "strong", lazy(("oom_reaper: reaped process", "oom reaper: reaped process"), r"oom[_ ]reaper: reaped process \d+ ?\(")),
+    ("kernel_oom_reaper", "strong", lazy("oom_reaper: reaped process", r"oom_reaper: reaped process \d+ \(")),
     # Slurm's step: "Detected 1 oom-kill event(s) in step 3495064.0 cgroup", "Detected 2 oom_kill events in
     # StepId=JOBID.13"; srun's "task 0: Out Of Memory"; a cgroup v2 memory.events line "oom_kill 3".
     (
