@@ -19,6 +19,7 @@ class ClassSpec(NamedTuple):
     monitoring_pods: bool = False
     lists_processes: bool = False
     hypothesis_fix: str | None = None
+    engine_deferral: bool = False
 
 
 class HostStep(NamedTuple):
@@ -45,6 +46,10 @@ class ClassCatalogue(NamedTuple):
         """What to do when the evidence only makes class ``name`` likely (an inconclusive or differential verdict)."""
         spec = self.classes.get(name)
         return spec.hypothesis_fix if spec is not None and spec.hypothesis_fix else "see the class documentation"
+
+    def flagged(self, flag: str) -> str | None:
+        """The class catalogued with ``flag`` set (a key classes.toml gives one class), or None."""
+        return next((spec.name for spec in self.classes.values() if getattr(spec, flag)), None)
 
     def has(self, name: str, flag: str) -> bool:
         """Whether class ``name`` is catalogued with ``flag`` (a boolean key of classes.toml) set."""

@@ -239,22 +239,8 @@ def no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputS
     elif facts is not None and facts.get("clean_end"):
         value, factors = 0.9, []
         summary += " The server shut down cleanly."
-    elif facts is not None and (facts.get("retraction_events") or facts.get("preemptions")):
-        # The engine's own lines say what happened: a full KV pool handled by retracting or preempting requests,
-        # which is how it avoids an OOM. Whether that is the trouble the input was brought for (requests that
-        # stall or crawl: the KV pool too small for the load, kv_exhaustion) or a healthy server's routine, the
-        # lines do not say: a reading between the two, not a confident "nothing is wrong".
-        retracted = facts.get("retraction_events")
-        what = f"{retracted} retraction(s)" if retracted else f"{facts.get('preemptions')} preemption(s)"
-        fewer = "--max-running-requests" if retracted else "--max-num-seqs"  # SGLang retracts, vLLM preempts
-        value = _KV_POOL_RAN_OUT_CONFIDENCE
-        factors = [confidence.Factor(f"the engine ran out of KV cache space ({what}): kv_exhaustion if requests stalled or slowed", round(value - 0.9, 2))]
-        summary += (
-            f" The engine logged {what}: it ran out of KV cache space and deferred requests, which is its normal answer to a full "
-            "KV pool, not an out-of-memory error. If requests stalled or throughput fell, that is the KV pool too small for the load "
-            f"(kv_exhaustion): admit fewer requests at once ({fewer}) or give the KV cache more memory; "
-            "if nothing else went wrong, nothing needs fixing."
-        )
+    elif facts is not None and (facts.get("retraction_events") or facts.get("preemptions")) and other is None:
+        return _deferral_verdict(facts, base)
     # A failure that is not an OOM but that people tune memory flags for: say so.
     if other is not None:
         value, factors = 0.9, []
@@ -275,6 +261,53 @@ def no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputS
     )
 
 
+def _deferral_verdict(facts: Facts, base: dict[str, Any]) -> Diagnosis:
+    """The engine's own lines say its KV pool ran short: it retracted or preempted requests, and nothing else failed.
+
+    That is the KV pool running out while serving in the engine's words (the class classes.toml flags
+    engine_deferral), and also the engine's routine answer to a full pool, which an OOM never follows: whether
+    it is the trouble the input was brought for (requests that stalled, timed out or crawled) the lines do not
+    say. So the class at the middle of the scale, with both readings and the flag that admits fewer requests.
+    """
+    retracted = facts.get("retraction_events")
+    what = f"{retracted} retraction(s)" if retracted else f"{facts.get('preemptions')} preemption(s)"
+    fewer = "--max-running-requests" if retracted else "--max-num-seqs"  # SGLang retracts, vLLM preempts
+    klass = classes.load().flagged("engine_deferral") or "none"
+    ref = facts.ref("retraction_events" if retracted else "preemptions")
+    where = f" (last at {ref.path}:{ref.line})" if ref is not None else ""
+    message = (
+        f"The engine logged {what}{where}: its KV cache ran out of space and it deferred requests to recompute them later. "
+        f"No allocation failed; this is the engine's own answer to a full KV pool. If requests stalled, timed out or slowed, "
+        f"the KV pool is too small for the load: admit fewer requests at once ({fewer}) or give the KV cache more memory "
+        "(a higher memory fraction where the activation room allows it, more tensor parallelism). If nothing else went wrong, "
+        "nothing needs fixing."
+    )
+    factors = [
+        confidence.Factor(f"the engine's own lines say the KV pool ran short ({what}), and no allocation failed", 0.0),
+        confidence.Factor("whether requests stalled or slowed is not in the input", round(_KV_POOL_RAN_OUT_CONFIDENCE - 1.0, 2)),
+    ]
+    would_decide = "the request latencies or the clients' errors while these lines were logged: stalls or timeouts make it the trouble"
+    finding = Finding(
+        rule=None,
+        klass=klass,
+        confidence=_KV_POOL_RAN_OUT_CONFIDENCE,
+        message=message,
+        evidence=(ref,) if ref is not None else (),
+        recommendations=[],
+        extra={"hypothesis": True, "would_decide": [would_decide]},
+        factors=factors,
+    )
+    return Diagnosis(
+        verdict_class=klass,
+        verdict_confidence=_KV_POOL_RAN_OUT_CONFIDENCE,
+        verdict_rule=None,
+        summary=message,
+        findings=[finding],
+        confidence_factors=factors,
+        **base,
+    )
+
+
 # Startup phases whose every context line marks the phase begun or in progress, never done (graph
 # capture: "Capturing CUDA graphs", "Capture cuda graph begin", its progress bar; its end lines are
 # milestones of another phase). A log whose last phase line is one of these stops inside the phase.
@@ -284,7 +317,7 @@ def no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputS
 _STARTUP_PHASES = ("graph_capture",)
 # Below a cut record's hypothesis: a cut record shows a crash began; a log that merely stops does not.
 _STOPPED_HYPOTHESIS_DELTA = -0.15
-# "None" with the engine's own KV shortage in view: as likely as not the trouble itself (the middle of the scale).
+# The engine's own KV shortage with nothing else wrong: as likely as not the trouble itself (the middle of the scale).
 _KV_POOL_RAN_OUT_CONFIDENCE = 0.5
 
 

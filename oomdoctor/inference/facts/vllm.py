@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from oomdoctor.base.evidence import Event
 from oomdoctor.evidence.parsers import vllm as vl
-from oomdoctor.inference.facts.common import allocator_failed, first, last_value
+from oomdoctor.inference.facts.common import allocator_failed, first, last_value, occurrences
 from oomdoctor.inference.facts.derived import vllm_window
 from oomdoctor.inference.facts.store import Facts
 from oomdoctor.memory import log_figures
@@ -93,7 +93,9 @@ def vllm_facts(f: Facts, events: list[Event], first_i: int) -> None:
     _startup_error_facts(f, events)
     preempts = [e for e in events if e.kind == vl.KIND_PREEMPT]
     if preempts:
-        f.set("preemptions", max(e.get("cumulative", 0) for e in preempts), preempts[-1].ref)
+        # The engine's own running count where the lines carry it, else the lines the log holds.
+        seen = occurrences(events, vl.KIND_PREEMPT)
+        f.set("preemptions", max(seen, *(e.get("cumulative") or 0 for e in preempts)), preempts[-1].ref)
     mm = next((e for e in events[: first_i + 1] if e.kind == vl.KIND_MM_PROFILE), None)
     if mm is not None:
         f.set("is_multimodal", True, mm.ref)
