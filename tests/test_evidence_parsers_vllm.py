@@ -96,6 +96,14 @@ def test_preemption_warning() -> None:
     assert (e.kind, e.get("mode"), e.get("cumulative")) == (vl.KIND_PREEMPT, "RECOMPUTE", 51)
 
 
+def test_preemption_warning_cut_before_its_running_count() -> None:
+    # vllm#546's paste: a string request id, the line cut by the paste before total_num_cumulative_preemption.
+    e = one("Sequence group chat-7e630abf1a8b4c8a88775b1e98a54cf2 is preempted by PreemptionMode.SWAP mode because there is not enough KV cache space. This can affect the end-to-end performance. Increase gpu_memory_utilization or")
+    assert (e.kind, e.get("mode"), e.get("cumulative")) == (vl.KIND_PREEMPT, "SWAP", None)
+    # Near miss: the engine's words stop before the reason, so nothing says the KV pool ran short.
+    assert vl.VLLMParser().feed(Line(LineRef("x", 1), "Sequence group 3 is preempted by PreemptionMode.SWAP mode")) == []
+
+
 def test_every_pattern_names_every_group_with_a_unit() -> None:
     patterns = [p for _, p, _ in vl._PATTERNS] + [vl._DICT_ITEM_RE, vl._CONFIG_ITEM_RE, vl._CAPTURE_SIZES_RE, vl._MAX_CAPTURE_RE]
     for pattern in patterns:
