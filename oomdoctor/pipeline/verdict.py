@@ -181,7 +181,13 @@ def no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputS
             )
             refs = tuple(dict.fromkeys(r for r in (found.ref, evidence.ref) if r is not None))
             return _phase_hypothesis(found, likely, value, evidence.reason, message, refs, f"the end of the failure record: {FETCH_REST}", base)
-        summary = f"Inconclusive: the evidence is incomplete ({evidence.reason}); no failure is evident in what was read. To decide it, fetch {FETCH_REST}."
+        summary = f"Inconclusive: the evidence is incomplete ({evidence.reason}); no failure is evident in what was read."
+        spec = phase_step.tables().phases.get(found.name)
+        if found.source == "frames" and spec is not None and not spec.likely_class and facts is not None and facts.get("failure_record_open"):
+            # The frames name a phase that implies no class (device_sync): say where the record stops and why.
+            where = spec.doc.rstrip(".")
+            summary += f" Its frames stop in {where[0].lower()}{where[1:]}: no memory class is read from that."
+        summary += f" To decide it, fetch {FETCH_REST}."
         return Diagnosis(
             verdict_class="none",
             verdict_confidence=0.3,
