@@ -59,3 +59,35 @@ def test_zero_gpu_blocks_alone_imply_the_failure(tmp_path: Path) -> None:
     assert d.verdict_class == "startup_kv" and d.findings[0].evidence[0].line == 2
     log.write_text(log.read_text().replace("# GPU blocks: 0,", "# GPU blocks: 12,"))
     assert diagnose([str(log)]).verdict_class == "none"
+
+
+# The engines' startup errors as their format strings print them (log_formats.md §1.4, §2.4), alone.
+_SGLANG_BARE = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.\n"
+_VLLM_BARE = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n"
+_VLLM_ONE_REQUEST = (
+    "ValueError: To serve at least one request with the models's max seq len (32768), (4.00 GiB KV cache is needed, which is larger than "
+    "the available KV cache memory (2.15 GiB). Based on the available memory, the estimated maximum model length is 17600. Try increasing "
+    "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.\n"
+)
+
+
+def test_a_bare_startup_error_leaves_the_weights_standing(tmp_path: Path) -> None:
+    # No weights size and no memory figures: whether any fraction gives the KV cache room is unknown.
+    for text in (_SGLANG_BARE, _VLLM_BARE):
+        log = tmp_path / "bare.log"
+        log.write_text(text)
+        d = diagnose([str(log)])
+        assert d.verdict_class == "startup_kv" and d.verdict_confidence == 0.60, text
+        assert any("neither the weights' size" in c.factor and "weights_dont_fit" in c.factor for c in d.confidence_factors)
+
+
+def test_a_positive_kv_budget_or_the_weights_lines_decide_it(tmp_path: Path) -> None:
+    # vLLM's own figure: 2.15 GiB of KV room at this fraction, so the weights fit in it.
+    log = tmp_path / "one_request.log"
+    log.write_text(_VLLM_ONE_REQUEST)
+    d = diagnose([str(log)])
+    assert d.verdict_class == "startup_kv" and d.verdict_confidence >= 0.90
+    assert not any("neither the weights' size" in c.factor for c in d.confidence_factors)
+    # The README's example: SGLang's lines before and after loading give the weights (the window is computed).
+    d = _diag("sglang-startup-kv/pos_h100_qwen3_omni_g2.log")
+    assert d.verdict_class == "startup_kv" and d.verdict_confidence == 0.95

@@ -14,7 +14,9 @@ reader sees why a finding is at 0.55 and not at its rule's 0.8:
 - the OOM is stated in words only, by a runtime no table knows (the last resort, parsers/oom_signatures.py):
   no figures, and not which memory ran out, the device's or the host's pinned memory (-0.10), for a GPU class;
 - two classes hold equally: capped at 0.60; so is a startup KV verdict when whether the weights leave
-  room for one request rests on the assumed 1 GiB of KV (weights_dont_fit holds as well).
+  room for one request rests on the assumed 1 GiB of KV, or when the input gives no figure at all (no
+  weights size, no memory around their loading, no positive KV budget of the engine's): weights_dont_fit
+  holds as well.
 Engine-authored verdict lines ("Not enough memory ...", vLLM's KV-cache errors, "Free memory on
 device ... less than desired", a capture failure with an OOM reason) keep >= 0.90 on complete
 evidence. Nothing here is tuned on the field corpus: each step is a fixed fraction of the scale,

@@ -97,10 +97,13 @@ def evaluate_incident(facts: Facts, rules: Iterable[Rule], recommenders: Mapping
             continue
         used = ev.used | rule.facts_used()
         value, factors = confidence.adjust(rule.confidence, used, _evidence_of(facts), rule.klass)
-        if "weights_fit" in used and facts.get("weights_fit_undecided"):
+        if "weights_fit" in used and (facts.get("weights_fit_undecided") or _weights_share_unknown(facts)):
             # The engine says the KV did not fit; which fix (raise the fraction, or shard) is ours to
-            # compute, and here it hangs on a per-token KV size the log does not give.
-            value, factors = confidence.tie_cap(value, factors, "weights_dont_fit", _UNDECIDED_WHY)
+            # compute, and here it hangs on a per-token KV size the log does not give, or on figures it lacks.
+            why = _UNDECIDED_WHY if facts.get("weights_fit_undecided") else _UNKNOWN_WHY
+            spec = classes.load().get(rule.klass)
+            for rival in spec.companions if spec is not None else ():  # startup_kv's: weights_dont_fit
+                value, factors = confidence.tie_cap(value, factors, rival, why)
         finding = Finding(
             rule=rule,
             klass=rule.klass,
@@ -224,6 +227,21 @@ def _that_matter(items: list[dict[str, Any]], rules: Iterable[Rule], first: Find
 
 
 _UNDECIDED_WHY = "whether the weights leave room for one request's KV rests on an assumed 1 GiB (the log gives no per-token KV size)"
+_UNKNOWN_WHY = "the input gives neither the weights' size nor the memory around their loading: whether any fraction leaves the KV cache room is not known"
+
+
+def _weights_share_unknown(facts: Facts) -> bool:
+    """Nothing in the input says whether the weights leave the KV cache any room at some fraction.
+
+    The engine's startup error says the KV cache did not fit; a larger fraction is the fix when the weights
+    leave room under the largest safe one, more GPUs or a smaller model when they do not. That takes the
+    weights' size (or the memory before and after their loading), or the engine's own positive KV budget
+    (vLLM's "available KV cache memory (N GiB)", a token capacity): a KV budget above zero says the weights
+    fit at the fraction in use. A bare error line has none of these.
+    """
+    if "weights_fit" in facts.values or facts.get("weights_bytes") is not None:
+        return False
+    return not ((facts.get("kv_budget_bytes") or 0) > 0 or (facts.get("kv_capacity_tokens") or 0) > 0)
 
 
 def _evidence_of(facts: Facts) -> confidence.Evidence:
