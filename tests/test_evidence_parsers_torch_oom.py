@@ -637,6 +637,14 @@ def test_llama_cpps_cpu_buffer_and_ollamas_system_memory_check_are_the_hosts() -
         ),
         ("numpy.core._exceptions.MemoryError: Unable to allocate 1.57 GiB for an array with shape (210000000,) and data type float64", "host_allocation"),
         ("memory allocation of 17179869184 bytes failed", "host_allocation"),
+        # ollama relays the runner's stderr joined on one line: the CPU buffer's refusal beside the pinned buffer's
+        # alloc_tensor_range line (ollama#16455's form; the buffer line alone used to end the line's reading).
+        (
+            "500 Internal Server Error: llama-server startup failed: llama-server process has terminated: exit status 1: "
+            "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 9925767168 alloc_tensor_range: failed to allocate "
+            "CUDA_Host buffer of size 9925767168 error loading model: unable to allocate CUDA_Host buffer",
+            "ggml_host_buffer",
+        ),
     ],
 )
 def test_host_memory_in_other_programs_words_is_never_a_device_oom(line: str, source: str) -> None:

@@ -412,7 +412,8 @@ class TorchParser:
             if gm:
                 usage = sig.GGML_USAGE.get(gm.group("func"), "tensors")
                 out.append(Event(KIND_GGML_BUFFER, (line.ref,), {"usage": usage, "buffer": gm.group("buffer"), "size_bytes": int(gm.group("size"))}))
-                return out
+                # Not the end of the line's news: a relay (ollama's "llama runner process has terminated: ...") joins
+                # the runner's stderr lines into one, and the host's own refusal may stand beside the buffer's.
         for pattern, (source, strength) in sig.HOST_DISPATCH.candidates(msg):
             hm = pattern.search(msg)
             if hm:
