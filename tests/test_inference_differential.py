@@ -140,7 +140,7 @@ def _facts_of_text(tmp_path: Path, name: str, text: str) -> dict:
 def test_slack_counts_for_fragmentation_only_where_the_contract_calls_it_material() -> None:
     # Material: 4.20 GiB reserved-but-unallocated on an 80 GB card (the contract's test: 2% of it, 1.58 GiB).
     material = {c.klass: c for c in df.differential(_facts_of(FIXTURES / "allocator-fragmentation" / "pos_fragmented_decode.log"))}
-    assert material["fragmentation"].evidence_for == ("free and reserved-but-unallocated memory together would have served the request",)
+    assert material["fragmentation"].evidence_for == ("free and reserved-but-unallocated memory together would have served the request, and the reserved-but-unallocated part is material",)
     assert not material["fragmentation"].evidence_against
     # Near miss: 611.60 MiB of slack covers the 138 MiB request (2.19 MiB free) but is below the test:
     # the allocator's normal slack, one step against, and the forward pass's activations come first.
@@ -150,9 +150,11 @@ def test_slack_counts_for_fragmentation_only_where_the_contract_calls_it_materia
     assert slack["fragmentation"].evidence_for == ()
     assert slack["fragmentation"].evidence_against == ("the request needed the reserved-but-unallocated memory, and its 611.60 MiB is below what counts as fragmentation on this card (1.58 GiB): the allocator's normal slack",)
     assert slack["fragmentation"].likelihood < slack["runtime_activation"].likelihood
-    # Free memory alone covered the request: the slack was not what was missing, and the test says nothing.
+    # Free memory alone covered the request: the slack was not what was missing, and the test says nothing,
+    # neither for fragmentation nor against it (what failed such a request the figures do not show).
     covered = {**facts, "free_bytes": facts["requested_bytes"], "free_to_process_bytes": facts["requested_bytes"]}
-    assert {c.klass: c for c in df.differential(covered)}["fragmentation"].evidence_for
+    fragmentation = {c.klass: c for c in df.differential(covered)}["fragmentation"]
+    assert (fragmentation.evidence_for, fragmentation.evidence_against) == ((), ())
 
 
 _CAPTURE_OOM = (FIXTURES / "field" / "sgl-sgl-project-sglang-14476.log").read_text(encoding="utf-8")
@@ -417,7 +419,9 @@ def test_under_a_per_process_cap_the_cards_free_memory_is_not_the_processs(tmp_p
     assert facts["free_bytes"] > facts["requested_bytes"] and facts["free_to_process_bytes"] == 0
     fragmentation = {c.klass: c for c in df.differential(facts)}["fragmentation"]
     assert fragmentation.evidence_for == () and fragmentation.evidence_against
-    # Near miss: without the cap the same figures are the card's free memory, which covered the request.
+    # Near miss: without the cap the same figures are the card's free memory, which covered the request: the slack
+    # was not what was missing, and nothing is said for or against fragmentation.
     uncapped = _facts_of_text(tmp_path, "uncapped.log", line.replace(" 23.77 GiB allowed;", ""))
     assert uncapped["free_to_process_bytes"] == uncapped["free_bytes"]
-    assert {c.klass: c for c in df.differential(uncapped)}["fragmentation"].evidence_for
+    free_covered = {c.klass: c for c in df.differential(uncapped)}["fragmentation"]
+    assert (free_covered.evidence_for, free_covered.evidence_against) == ((), ())
