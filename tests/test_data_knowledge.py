@@ -172,6 +172,23 @@ class ModelRunner:
     ]
 
 
+def test_ids_of_requests_are_strings_and_the_block_managers_capacity_is_kv() -> None:
+    """Placeholder types from a %s argument's name: a request id prints "chat-7e63..." (vLLM) or a uuid, a count or a
+    device's id a number; the block manager's capacity is the KV pool's (vLLM's refusal of a prompt it cannot hold)."""
+    sys.path.insert(0, str(REPO / "tools" / "knowledge"))
+    try:
+        import classify
+        import scan
+    finally:
+        sys.path.pop(0)
+    assert [scan._type_from_name(n) for n in ("request_id", "req_id", "rid", "session_id", "node_id")] == ["str"] * 5
+    assert [scan._type_from_name(n) for n in ("gpu_id", "rank_id", "num_req", "block_id", "num_requests")] == ["int"] * 5
+    text = "Input prompt ({num_prompt_tokens:int} tokens) is too long and exceeds the capacity of block_manager"
+    assert classify.class_of(text, "scheduler", "vllm.core.scheduler") == "kv_exhaustion"
+    # Near miss: a prompt longer than the context length is the model's limit, not the pool's.
+    assert classify.class_of("Input prompt ({n:int} tokens) is too long and exceeds limit of {max_len:int}", "scheduler", "vllm.core.scheduler") == "none"
+
+
 def test_reviewed_library_texts_name_their_source(sources: dict, messages: list) -> None:
     """Ray's and the driver's texts come from tools/knowledge/libraries.toml, each engine with where it was read."""
     with (REPO / "tools" / "knowledge" / "libraries.toml").open("rb") as f:

@@ -58,7 +58,7 @@ KV_EXHAUSTION = _rx(
 # Memory words strong enough for a class: "free port", "bad word tokens" are not about memory.
 CLASS_MEMORY = _rx(
     r"out of memory|\boom\b|memory|\bmem\b|kv[ _-]?cache|cache blocks?|token slots|tokens? (pool|capacity)|allocate \S+ tokens"
-    r"|max_total_num_tokens|\bblocks\b|alloc|cuda ?graph|mem-fraction|mem_fraction|gpu_memory_utilization|max-running-requests|max_num_seqs|\bgib\b"
+    r"|max_total_num_tokens|\bblocks\b|block_manager|block manager|alloc|cuda ?graph|mem-fraction|mem_fraction|gpu_memory_utilization|max-running-requests|max_num_seqs|\bgib\b"
 )
 # Shortages near memory that are not of GPU or host memory: RDMA registration, ports, tokenizers, collectives.
 NOT_OOM = _rx(r"regist|\bport\b|tokenizer|shared memory based|symmetric memory|lora adapter|context length|rope grid")

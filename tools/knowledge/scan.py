@@ -65,6 +65,10 @@ _INT_NAME = re.compile(
     r"(^num|num_|_num|count|^n_|size|len|tokens|token|blocks|block|^bs$|batch|^idx|_idx|rank|_id$|^i$|^j$|bytes|pages|slots|capacity|max_|min_|dim|layers|^tp|_tp)",
     re.I,
 )
+# Ids of requests, sessions, jobs, nodes, transfers and engines are strings in the engines and Ray ("chat-7e63...",
+# "cmpl-...", a uuid, a hex node id), even where a counter made them look numeric; ids of devices, ranks, layers
+# and blocks are numbers.
+_STR_ID_NAME = re.compile(r"(^|_)((req|request|session|job|node|transfer|engine|trace|seq_group|conversation|chat)_id|rid)$", re.I)
 _PERCENT_SPEC = re.compile(r"%(\((?P<key>\w+)\))?[#0\- +]*(\*|\d+)?(\.(\*|\d+))?[hlL]?(?P<conv>[diouxXeEfFgGcrsa%])")
 _NAME_CLEAN = re.compile(r"[^a-z0-9_]+")
 
@@ -109,6 +113,8 @@ def _type_from_spec(spec: str, conversion: int | str, name: str) -> str:
 
 
 def _type_from_name(name: str) -> str:
+    if _STR_ID_NAME.search(name):
+        return "str"
     if _FLOAT_NAME.search(name):
         return "float"
     if _INT_NAME.search(name):
