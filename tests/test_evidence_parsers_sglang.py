@@ -274,3 +274,14 @@ def test_server_args_printed_as_a_dict_since_0_5_19() -> None:
     # Hard-wrapped: continued until the braces balance.
     wrapped = parse(["server_args={'model_path': '/models/x', 'tp_size': 4,", " 'mem_fraction_static': 0.7}"])
     assert len(wrapped) == 1 and (wrapped[0].get("tp_size"), wrapped[0].get("mem_fraction_static")) == (4, 0.7)
+
+
+def test_host_kv_pool_lines_are_a_milestone_with_the_host_bytes() -> None:
+    # memory_pool_host.py: f"Allocating {requested_bytes / 1e9:.2f} GB host memory for hierarchical KV cache.", and the
+    # 0.5.9+ pool summary; each rank prints its own before allocating.
+    (e,) = sg.SGLangParser().feed(Line(LineRef("x", 1, "TP1"), "Allocating 40.00 GB host memory for hierarchical KV cache."))
+    assert (e.kind, e.get("host_bytes")) == (sg.KIND_HOST_POOL, 40 * 10**9)
+    (e,) = sg.SGLangParser().feed(Line(LineRef("x", 1), "Allocating MHA hierarchical KV host pool: 2097152 tokens, 32.21 GB host memory."))
+    assert (e.kind, e.get("host_bytes")) == (sg.KIND_HOST_POOL, 32_210_000_000)
+    # Near miss: the GPU pool's own line is another milestone.
+    assert [x.kind for x in sg.SGLangParser().feed(Line(LineRef("x", 1), "KV Cache is allocated. #tokens: 1254080, K size: 19.14 GB, V size: 19.14 GB"))] == [sg.KIND_KV_ALLOCATED]

@@ -60,6 +60,11 @@ def gib_to_bytes(gib: float) -> int:
     return round(gib * GIB)
 
 
+def gb_to_bytes(gb: float) -> int:
+    """Decimal GB (10**9 bytes: SGLang's host-memory pool lines divide by 1e9) to bytes."""
+    return round(gb * 10**9)
+
+
 def optional_number(text: str | None) -> float | None:
     """A regex group that may be absent: its number, or None."""
     return float(text) if text not in (None, "") else None

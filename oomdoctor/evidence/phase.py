@@ -31,6 +31,9 @@ class PhaseSpec(NamedTuple):
     stage: str
     likely_class: str
     doc: str
+    # Every context line of the phase marks it begun or in progress, never done: a log whose last phase line is
+    # one of them stops inside the phase (phases.toml `begun_only`).
+    begun_only: bool = False
 
 
 class FrameRule(NamedTuple):
@@ -109,7 +112,8 @@ def _lazy(source: str) -> LazyRegex:
 
 def parse_tables(data: dict[str, Any]) -> Tables:
     phases = {
-        name: PhaseSpec(name, entry["stage"], entry.get("likely_class", ""), entry.get("doc", "")) for name, entry in data["phases"].items()
+        name: PhaseSpec(name, entry["stage"], entry.get("likely_class", ""), entry.get("doc", ""), entry.get("begun_only", False))
+        for name, entry in data["phases"].items()
     }
 
     def known(name: str, where: str) -> str:

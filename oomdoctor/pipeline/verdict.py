@@ -314,13 +314,6 @@ def _deferral_verdict(facts: Facts, base: dict[str, Any]) -> Diagnosis:
     )
 
 
-# Startup phases whose every context line marks the phase begun or in progress, never done (graph
-# capture: "Capturing CUDA graphs", "Capture cuda graph begin", its progress bar; its end lines are
-# milestones of another phase). A log whose last phase line is one of these stops inside the phase.
-# Not weight loading, profiling or KV sizing: their context lines include "took N s" and block-count
-# lines printed after the step is done, and a log that stops at such a boundary does not show the
-# next step at all.
-_STARTUP_PHASES = ("graph_capture",)
 # Below a cut record's hypothesis: a cut record shows a crash began; a log that merely stops does not.
 _STOPPED_HYPOTHESIS_DELTA = -0.15
 # The engine's own KV shortage with nothing else wrong: as likely as not the trouble itself (the middle of the scale).
@@ -333,7 +326,8 @@ def _stopped_during_startup(facts: Facts | None, found: phase_step.Phase) -> boo
     "Nothing is wrong" is not what such a log shows: the server had not finished starting when the
     input ends, so whatever ended it (or the rest of the paste) is missing.
     """
-    if facts is None or found.name not in _STARTUP_PHASES or not found.likely_class:
+    spec = phase_step.tables().phases.get(found.name)
+    if facts is None or spec is None or not spec.begun_only or not found.likely_class:
         return False
     return not (facts.get("server_ready") or facts.get("clean_end") or facts.get("retraction_events") or facts.get("preemptions"))
 

@@ -9,6 +9,8 @@ suffix     the group holds                                  value               
 ``_gib``   a number in GiB (SGLang's and vLLM's "GB" too:   ``int`` bytes                ``<key>_bytes``
            both divide by 2**30)
 ``_mib``   a number in MiB                                  ``int`` bytes                ``<key>_bytes``
+``_gb``    a number of decimal GB (SGLang's host-memory     ``int`` bytes                ``<key>_bytes``
+           pool lines divide by 1e9)
 ``_size``  a number with its unit ("2.00 GiB", "512 bytes", ``int`` bytes, or None when  ``<key>_bytes``
            "1.5GiB"); blanks inside are ignored             unreadable or implausible
 ``_ask``   a requested size with its unit (as ``_size``,    ``int`` bytes, or None when  ``<key>_bytes``
@@ -32,7 +34,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from oomdoctor.base.units import UnitError, gib_to_bytes, is_plausible_device_bytes, mib_to_bytes, parse_size_bytes
+from oomdoctor.base.units import UnitError, gb_to_bytes, gib_to_bytes, is_plausible_device_bytes, mib_to_bytes, parse_size_bytes
 from oomdoctor.input.patterns import LazyRegex, Needle, lazy
 
 if TYPE_CHECKING:
@@ -87,6 +89,7 @@ def _count(text: str) -> int:
 SUFFIXES: dict[str, tuple[str, _Converter]] = {
     "_gib": ("_bytes", lambda t: gib_to_bytes(float(t))),
     "_mib": ("_bytes", lambda t: mib_to_bytes(float(t))),
+    "_gb": ("_bytes", lambda t: gb_to_bytes(float(t))),
     "_size": ("_bytes", _size),
     "_ask": ("_bytes", _asked),
     "_bytes": ("_bytes", _count),

@@ -50,6 +50,7 @@ KIND_OMNI_ENCODER_FAIL = "omni_encoder_fail"
 KIND_MM_CACHE_FULL = "mm_cache_full"
 KIND_MM_RESERVE = "mm_reserve"
 KIND_CAPTURE_ADVICE = "capture_advice"
+KIND_HOST_POOL = "host_pool"
 
 ANCHORS: tuple[bytes, ...] = (
     b"server_args=",
@@ -94,6 +95,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"Possible solutions",
     b"graph begin",
     b"graph end",
+    b"GB host memory for",
+    b"KV host pool:",
 )
 
 _F = NUM
@@ -169,6 +172,14 @@ _SIMPLE: tuple[tuple[str, LazyRegex, _Shape | None], ...] = (
             rf"(?:K size: (?P<k_gib>{_F}) GB, V size: (?P<v_gib>{_F}) GB|KV size: (?P<kv_gib>{_F}) GB)"
         ),
         _kv_allocated,
+    ),
+    # The hierarchical cache's host tier (memory_pool_host.py), each rank's own, printed before it is allocated:
+    # "Allocating 40.00 GB host memory for hierarchical KV cache." (and its Mamba, DSA-indexer, V4 pools), since
+    # 0.5.9 also "Allocating <label> hierarchical KV host pool: N tokens, X GB host memory.".
+    (
+        KIND_HOST_POOL,
+        named(("GB host memory for", "KV host pool:"), rf"Allocating (?P<host_gb>{_F}) GB host memory for |hierarchical KV host pool: \d+ tokens, (?P<pool_gb>{_F}) GB host memory"),
+        lambda v: {"host_bytes": v["host_bytes"] if v["host_bytes"] is not None else v["pool_bytes"]},
     ),
     (KIND_POOL_END, named('Memory pool end', rf"Memory pool end\. avail mem=(?P<avail_gib>{_F}) ?GB"), None),
     (
