@@ -270,10 +270,10 @@ def no_oom_verdict(runs: list[Any], facts: Facts | None, stats_list: list[InputS
 def _deferral_verdict(facts: Facts, base: dict[str, Any]) -> Diagnosis:
     """The engine's own lines say its KV pool ran short: it retracted or preempted requests, and nothing else failed.
 
-    That is the KV pool running out while serving in the engine's words (the class classes.toml flags
-    engine_deferral), and also the engine's routine answer to a full pool, which an OOM never follows: whether
-    it is the trouble the input was brought for (requests that stalled, timed out or crawled) the lines do not
-    say. So the class at the middle of the scale, with both readings and the flag that admits fewer requests.
+    That is the KV pool running out while serving, in the engine's words (the class classes.toml flags
+    engine_deferral), and also the engine's routine answer to a full pool, the way it avoids an OOM: whether it
+    is the trouble the input was brought for (requests that stalled, timed out or crawled) the lines do not say.
+    So the class at the middle of the scale, with both readings and the flag that admits fewer requests.
     """
     retracted = facts.get("retraction_events")
     what = f"{retracted} retraction(s)" if retracted else f"{facts.get('preemptions')} preemption(s)"
@@ -282,7 +282,7 @@ def _deferral_verdict(facts: Facts, base: dict[str, Any]) -> Diagnosis:
     ref = facts.ref("retraction_events" if retracted else "preemptions")
     where = f" (last at {ref.path}:{ref.line})" if ref is not None else ""
     message = (
-        f"The engine logged {what}{where}: its KV cache ran out of space and it deferred requests to recompute them later. "
+        f"The engine logged {what}{where}: its KV cache ran out of space and it deferred requests (to recompute or swap them back in later). "
         f"No allocation failed; this is the engine's own answer to a full KV pool. If requests stalled, timed out or slowed, "
         f"the KV pool is too small for the load: admit fewer requests at once ({fewer}) or give the KV cache more memory "
         "(a higher memory fraction where the activation room allows it, more tensor parallelism). If nothing else went wrong, "
