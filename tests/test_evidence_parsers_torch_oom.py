@@ -213,9 +213,9 @@ def test_group_without_a_known_suffix_is_rejected() -> None:
     assert m is not None
     with pytest.raises(CaptureNameError, match="unnamed"):
         typed(m)
-    m = re.compile(r"avail mem=(?P<avail_gb>\d+)").search("avail mem=2")
+    m = re.compile(r"avail mem=(?P<avail_gigs>\d+)").search("avail mem=2")
     assert m is not None
-    with pytest.raises(CaptureNameError, match="avail_gb"):
+    with pytest.raises(CaptureNameError, match="avail_gigs"):
         typed(m)
 
 
