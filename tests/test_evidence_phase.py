@@ -222,8 +222,13 @@ def test_another_ranks_line_just_after_a_failure_with_nothing_before_it_tells_th
     own = capture.replace("(RayWorkerVllm pid=74362) ", "")
     log.write_text(oom + own)
     assert diagnose([str(log)]).phase.name == "unknown"
-    log.write_text(oom + "x\n" * 4 + capture)
+    # Beyond the scanner's window around a failure line (BEFORE_LINES) the line is no longer "just after" it.
+    from oomdoctor.input.scan import BEFORE_LINES
+
+    log.write_text(oom + "x\n" * BEFORE_LINES + capture)
     assert diagnose([str(log)]).phase.name == "unknown"
+    log.write_text(oom + "x\n" * (BEFORE_LINES - 2) + capture)
+    assert diagnose([str(log)]).phase.name == "graph_capture"
     before = "INFO 12-18 21:44:30 worker.py:100] Loading model weights took 13.99 GB\n"
     log.write_text(before + oom + capture)
     assert diagnose([str(log)]).facts.values["phase_from_other_ranks"] is False

@@ -17,6 +17,7 @@ from oomdoctor.base.evidence import Event, LineRef
 from oomdoctor.evidence import phase_map
 from oomdoctor.evidence.phase_map import package_path
 from oomdoctor.input.patterns import LazyRegex
+from oomdoctor.input.scan import BEFORE_LINES
 
 if TYPE_CHECKING:
     from typing import Any
@@ -383,8 +384,9 @@ def infer(events: list[Event], failure_index: int, oom: Event | None, records: l
     return UNKNOWN
 
 
-# How far after a failure with nothing before it another rank's line still tells the phase (its relayed lines).
-_OTHER_RANKS_AFTER_LINES = 4
+# How far after a failure with nothing before it another rank's line still tells the phase (its relayed lines): the
+# scanner's own window around a failure line, the lines it reads before one (not a count fitted to a paste).
+_OTHER_RANKS_AFTER_LINES = BEFORE_LINES
 OTHER_RANKS_AFTER = "another rank's lines just after the failure"
 
 

@@ -293,25 +293,8 @@ def _deferral_verdict(facts: Facts, base: dict[str, Any]) -> Diagnosis:
         confidence.Factor("whether requests stalled or slowed is not in the input", round(_KV_POOL_RAN_OUT_CONFIDENCE - 1.0, 2)),
     ]
     would_decide = "the request latencies or the clients' errors while these lines were logged: stalls or timeouts make it the trouble"
-    finding = Finding(
-        rule=None,
-        klass=klass,
-        confidence=_KV_POOL_RAN_OUT_CONFIDENCE,
-        message=message,
-        evidence=(ref,) if ref is not None else (),
-        recommendations=[],
-        extra={"hypothesis": True, "would_decide": [would_decide]},
-        factors=factors,
-    )
-    return Diagnosis(
-        verdict_class=klass,
-        verdict_confidence=_KV_POOL_RAN_OUT_CONFIDENCE,
-        verdict_rule=None,
-        summary=message,
-        findings=[finding],
-        confidence_factors=factors,
-        **base,
-    )
+    refs = (ref,) if ref is not None else ()
+    return _hypothesis(klass, _KV_POOL_RAN_OUT_CONFIDENCE, message, refs, factors, would_decide, base, inconclusive=False)
 
 
 # Below a cut record's hypothesis: a cut record shows a crash began; a log that merely stops does not.
@@ -340,9 +323,23 @@ def _phase_hypothesis(
         confidence.Factor(f"the evidence is incomplete: {reason}", round(value - 1.0, 2)),
         confidence.Factor(f"class inferred from the phase ({found.name}, from {found.source}) only", 0.0),
     ]
-    hypothesis = Finding(
+    return _hypothesis(likely, value, message, refs, factors, would_decide, base, inconclusive=True)
+
+
+def _hypothesis(
+    klass: str,
+    value: float,
+    message: str,
+    refs: tuple[LineRef, ...],
+    factors: list[confidence.Factor],
+    would_decide: str,
+    base: dict[str, Any],
+    inconclusive: bool,
+) -> Diagnosis:
+    """A class no rule decides, named with its confidence, no advice and what would decide it."""
+    finding = Finding(
         rule=None,
-        klass=likely,
+        klass=klass,
         confidence=value,
         message=message,
         evidence=refs,
@@ -351,7 +348,14 @@ def _phase_hypothesis(
         factors=factors,
     )
     return Diagnosis(
-        verdict_class=likely, verdict_confidence=value, verdict_rule=None, summary=message, findings=[hypothesis], confidence_factors=factors, inconclusive=True, **base
+        verdict_class=klass,
+        verdict_confidence=value,
+        verdict_rule=None,
+        summary=message,
+        findings=[finding],
+        confidence_factors=factors,
+        inconclusive=inconclusive,
+        **base,
     )
 
 
