@@ -6,6 +6,7 @@ from oomdoctor.base.evidence import Event
 from oomdoctor.evidence.parsers import torch_oom as tt
 from oomdoctor.inference.facts.derived import allocator_facts
 from oomdoctor.inference.facts.store import PRECEDENCE, Facts
+from oomdoctor.input.scan import BEFORE_LINES
 from oomdoctor.memory import oom_arithmetic
 
 # = evidence.parsers.host.KIND_HOST_DETAIL, spelled out so that a log without kubectl's lines does not import it.
@@ -61,9 +62,9 @@ def _ggml_buffer_facts(f: Facts, events: list[Event], driver: Event) -> None:
         f.set("ggml_buffer_usage", buffer.get("usage"), buffer.ref)
 
 
-# A host kill report's lines (Ray's: its sentence, then its table of the largest processes) within this many lines
-# are one report, cited by its first line.
-_REPORT_LINES = 12
+# A host kill report's lines (Ray's: its sentence, then its table of its ten largest processes) within the scanner's
+# window around a failure line are one report, cited by its first line.
+_REPORT_LINES = BEFORE_LINES
 
 
 def _host_facts(f: Facts, hosts: list[Event]) -> None:
